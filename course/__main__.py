@@ -1,0 +1,34 @@
+"""`python -m course <command>`: bench, homework, workloads."""
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: python -m course <command> [args]
+
+commands:
+  bench <chapter> --workload <name> [--json]   a chapter's engine, cache off vs on, in one process
+  homework start|check <chapter> ...           student copies and per-task grading
+  workloads                                    the shared workloads and their token counts
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "bench":
+        from .bench import main as run
+    elif command == "homework":
+        from .homework import main as run
+    elif command == "workloads":
+        from .workloads import main as run
+    else:
+        print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The continuous-batching engine: add requests any time; every `step()` runs one flat forward over the
+scheduled tokens of all sequences, samples where a sequence reached its end, and retires finished ones.
+
+The model is chapter 1's Transformer, unchanged: only its KV store is new (PagedAttention over a KVPool).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+
+import torch
+
+from step01_kvcache.generate import SamplingParams, sample_next, validate_prompt
+from step01_kvcache.model import Transformer
+
+from .kv_cache_manager import KVCacheManager, cdiv
+from .kv_pool import KVPool
+from .paged_attention import AttentionMetadata, PagedAttention
+from .scheduler import Scheduler, SchedulerConfig
+from .sequence import Sequence, SequenceStatus
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    num_blocks: int = 256
+    block_size: int = 16
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 512
+    enable_chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        if self.block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {self.block_size}")
+        if self.num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.enable_chunked_prefill)
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    seq_id: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    num_cached_tokens: int
+    num_preemptions: int
+    ttft_s: float  # arrival -> first generated token
+    latency_s: float  # arrival -> finished
+    aborted: bool = False
+
+
+@dataclass
+class EngineStats:
+    """Memory over the engine's life: peak blocks held and how full the allocated slots were."""
+
+    steps: int = 0
+    peak_blocks: int = 0
+    allocated_slot_steps: int = 0
+    filled_slot_steps: int = 0
+    waste_samples: list[float] = field(default_factory=list)
+
+    @property
+    def waste_fraction(self) -> float:
+        """Allocated but unfilled slots / allocated slots, summed over all steps."""
+        return 1 - self.filled_slot_steps / self.allocated_slot_steps if self.allocated_slot_steps else 0.0
+
+
+class Engine:
+    def __init__(self, model: Transformer, config: EngineConfig = EngineConfig()) -> None:
+        self.model, self.config = model, config
+        self.kv = self._make_kv_cache_manager()
+        self.pool = KVPool(model.config, config.num_blocks, config.block_size, model.dtype, model.device)
+        self.scheduler = Scheduler(config.scheduler_config(), self.kv)
+        self.seqs: dict[int, Sequence] = {}
+        self.stats = EngineStats()
+        self._next_id = 0
+
+    def _make_kv_cache_manager(self) -> KVCacheManager:
+        return KVCacheManager(self.config.num_blocks, self.config.block_size)
+
+    # ---- requests ---------------------------------------------------------------------------------------
+    def add_request(self, prompt_ids: Seq[int] | torch.Tensor, params: SamplingParams = SamplingParams()) -> int:
+        """Queue a request; returns its id. Rejects, with nothing queued, what could never run."""
+        ids = validate_prompt(self.model.config, prompt_ids, params.max_new_tokens)
+        cfg = self.config
+        longest = len(ids) + params.max_new_tokens
+        if cdiv(longest, cfg.block_size) > cfg.num_blocks:
+            raise ValueError(f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) needs "
+                             f"{cdiv(longest, cfg.block_size)} blocks but the pool has only {cfg.num_blocks}; "
+                             "raise num_blocks or shorten the request")
+        if not cfg.enable_chunked_prefill and longest > cfg.max_num_batched_tokens:
+            raise ValueError(f"without chunked prefill a {longest}-token sequence must fit the step budget "
+                             f"max_num_batched_tokens={cfg.max_num_batched_tokens}; enable chunked prefill")
+        seq = Sequence(self._next_id, ids, params)
+        self._next_id += 1
+        self.seqs[seq.seq_id] = seq
+        self.scheduler.add(seq)
+        return seq.seq_id
+
+    def abort(self, seq_id: int) -> RequestOutput:
+        seq = self.seqs.get(seq_id)
+        if seq is None or seq.is_finished:
+            raise KeyError(f"no unfinished request {seq_id}")
+        seq.status = SequenceStatus.ABORTED
+        self.scheduler.finish(seq)
+        return self._retire(seq)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- one step -----------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run one forward over all scheduled tokens, sample, retire. Returns finished requests."""
+        batch = self.scheduler.schedule()
+        if not batch:
+            return []
+        batch.sort(key=lambda item: item[1] != 1)  # single-token sequences first (batched decode attention)
+        seqs = [s for s, _ in batch]
+        counts = [n for _, n in batch]
+        md = AttentionMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens for s in seqs],
+                                     counts, self.config.block_size, self.model.device)
+        tokens = [t for s, n in batch for t in s.all_token_ids[s.num_computed_tokens: s.num_computed_tokens + n]]
+        hidden = self.model(torch.tensor(tokens, device=self.model.device), md.positions,
+                            PagedAttention(self.pool, md))
+        ends = torch.tensor(counts).cumsum(0) - 1  # last row of each sequence
+        sampling = [i for i, (s, n) in enumerate(batch) if s.num_computed_tokens + n == s.num_tokens]
+        logits = self.model.compute_logits(hidden[ends[sampling]]) if sampling else None
+        finished = []
+        for seq, n in batch:
+            seq.num_computed_tokens += n
+            self.kv.on_computed(seq)
+        self._record_usage()
+        for row, i in enumerate(sampling):
+            seq = seqs[i]
+            seq.append_token(sample_next(logits[row], seq.params, seq.generator))
+            if seq.is_finished:
+                self.scheduler.finish(seq)
+                finished.append(self._retire(seq))
+        self.stats.steps += 1
+        return finished
+
+    def _record_usage(self) -> None:
+        allocated, filled = self.kv.slot_usage()
+        s = self.stats
+        s.peak_blocks = max(s.peak_blocks, allocated // self.config.block_size)
+        s.allocated_slot_steps += allocated
+        s.filled_slot_steps += filled
+
+    def _retire(self, seq: Sequence) -> RequestOutput:
+        del self.seqs[seq.seq_id]
+        end = seq.finish_time or seq.first_token_time or seq.arrival_time
+        first = seq.first_token_time or end
+        return RequestOutput(seq.seq_id, seq.prompt_ids, list(seq.output_ids), seq.num_cached_tokens,
+                             seq.num_preemptions, first - seq.arrival_time, end - seq.arrival_time,
+                             seq.status is SequenceStatus.ABORTED)
+
+    # ---- convenience ------------------------------------------------------------------------------------
+    def generate(self, prompts: list[Seq[int]], params: SamplingParams | list[SamplingParams] = SamplingParams(),
+                 progress: bool = False) -> list[RequestOutput]:
+        """Run prompts to completion; outputs in the order of `prompts`."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(plist)} sampling params")
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        done: dict[int, RequestOutput] = {}
+        bar = None
+        if progress:
+            from tqdm import tqdm
+            bar = tqdm(total=len(ids), desc="requests", unit="req")
+        while self.has_unfinished():
+            for out in self.step():
+                done[out.seq_id] = out
+                if bar:
+                    bar.update(1)
+        if bar:
+            bar.close()
+        return [done[i] for i in ids]
+
+    @property
+    def kv_bytes_per_block(self) -> int:
+        return self.pool.bytes_per_block
+
+    def check_invariants(self) -> None:
+        """Block manager and block tables agree; every live sequence is in exactly one queue."""
+        self.kv.check_invariants()
+        running, waiting = self.scheduler.running, self.scheduler.waiting
+        assert len(running) <= self.config.max_num_seqs, "more running sequences than seats"
+        ids = [s.seq_id for s in running] + [s.seq_id for s in waiting]
+        assert sorted(ids) == sorted(self.seqs), "a live sequence is missing from the queues, or listed twice"
+        for s in waiting:
+            assert not s.block_table and s.num_computed_tokens == 0, f"waiting sequence {s.seq_id} holds blocks"
+        for s in running:
+            assert s.status is SequenceStatus.RUNNING and s.num_pending_tokens >= 1

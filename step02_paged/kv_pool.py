@@ -1,0 +1,46 @@
+"""The paged KV pool: K and V of every layer as [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
+
+Memory is organised by physical page, not by sequence: any sequence's token can live in any block, and
+the block table says where. Storing and reading are each one indexed tensor operation on a flat view of
+the pool ([num_blocks * block_size, heads, dim], one row per slot), never a Python loop over tokens.
+"""
+from __future__ import annotations
+
+import torch
+
+from step01_kvcache.config import ModelConfig
+
+
+class KVPool:
+    """Preallocated K/V storage shared by all sequences; a slot is `block * block_size + offset`."""
+
+    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        if num_blocks <= 0:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        shape = (cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.num_blocks, self.block_size = num_blocks, block_size
+
+    @property
+    def bytes_per_block(self) -> int:
+        return 2 * self.k[:, 0].nbytes  # K and V, all layers
+
+    def _flat(self, cache: torch.Tensor, layer: int) -> torch.Tensor:
+        return cache[layer].view(-1, cache.shape[-2], cache.shape[-1])  # [num_slots, heads, dim]
+
+    def store(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Scatter the K/V rows of this step's tokens [T, heads, dim] into their slots [T] (one write each)."""
+        # BEGIN SOLUTION task2.store_gather
+        self._flat(self.k, layer)[slot_mapping] = k
+        self._flat(self.v, layer)[slot_mapping] = v
+        # END SOLUTION
+
+    def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V at any tensor of slot indices (e.g. [batch, context]): one flat-index read each."""
+        # BEGIN SOLUTION task2.store_gather
+        return self._flat(self.k, layer)[slots], self._flat(self.v, layer)[slots]
+        # END SOLUTION

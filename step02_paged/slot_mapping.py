@@ -1,0 +1,35 @@
+"""Address translation, with tensor ops: (sequence, token position) -> physical slot in the KV pool.
+
+Like a page table lookup: the block table maps a sequence's logical block `pos // block_size` to a
+physical block, and the offset inside the block is `pos % block_size`.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def block_table_tensor(block_tables: list[list[int]], device: torch.device | str = "cpu") -> torch.Tensor:
+    """Ragged block tables padded with 0 into one [batch, max_blocks] int64 tensor (padding is never read
+    unmasked)."""
+    width = max((len(t) for t in block_tables), default=0) or 1
+    out = torch.zeros(len(block_tables), width, dtype=torch.long)
+    for i, table in enumerate(block_tables):
+        out[i, : len(table)] = torch.tensor(table, dtype=torch.long)
+    return out.to(device)
+
+
+def slot_mapping(block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor,
+                 block_size: int) -> torch.Tensor:
+    """Slot of each token: block_tables [B, max_blocks]; seq_index, positions [T] (which row, which position)."""
+    # BEGIN SOLUTION task2.slot_mapping
+    blocks = block_tables[seq_index, positions // block_size]
+    return blocks * block_size + positions % block_size
+    # END SOLUTION
+
+
+def context_slots(block_tables: torch.Tensor, context_len: int, block_size: int) -> torch.Tensor:
+    """Slots of positions 0..context_len-1 for every row: [B, context_len]. Rows shorter than context_len
+    read padding there, which attention masks out."""
+    positions = torch.arange(context_len, device=block_tables.device)
+    rows = torch.arange(block_tables.shape[0], device=block_tables.device)[:, None]
+    return slot_mapping(block_tables, rows, positions[None, :], block_size)

@@ -1,0 +1,53 @@
+"""Greedy is argmax; temperature/top-p sampling is seeded, reproducible and never leaves the nucleus."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course.tiny import tiny_model
+from step01_kvcache.generate import SamplingParams, generate, sample_next
+
+
+@pytest.mark.task("task1.sample")
+def test_greedy_is_argmax():
+    logits = torch.tensor([0.1, 3.0, -1.0, 2.9])
+    assert sample_next(logits, SamplingParams(), None) == 1
+
+
+@pytest.mark.task("task1.sample")
+def test_top_p_keeps_only_the_nucleus():
+    # probabilities ~ [0.64, 0.24, 0.09, 0.03]: top_p=0.7 keeps the first two tokens only
+    logits = torch.log(torch.tensor([0.64, 0.24, 0.09, 0.03]))
+    params = SamplingParams(temperature=1.0, top_p=0.7, seed=0)
+    gen = params.make_generator()
+    seen = {sample_next(logits, params, gen) for _ in range(400)}
+    assert seen == {0, 1}
+
+
+@pytest.mark.task("task1.sample")
+def test_temperature_sampling_follows_the_distribution():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.2]))
+    params = SamplingParams(temperature=1.0, seed=1)
+    gen = params.make_generator()
+    counts = torch.bincount(torch.tensor([sample_next(logits, params, gen) for _ in range(3000)]), minlength=3)
+    freq = counts.float() / 3000
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.04), freq
+
+
+@pytest.mark.task("task1.sample")
+def test_seeded_generation_is_reproducible_and_cache_independent():
+    model = tiny_model(seed=7)
+    params = SamplingParams(max_new_tokens=16, temperature=0.8, top_p=0.9, seed=123)
+    a = generate(model, [1, 2, 3], params)
+    assert a == generate(model, [1, 2, 3], params)
+    assert a == generate(model, [1, 2, 3], params, use_cache=False)
+    other = generate(model, [1, 2, 3], SamplingParams(max_new_tokens=16, temperature=0.8, top_p=0.9, seed=124))
+    assert a != other
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(max_new_tokens=0), "max_new_tokens"), (dict(temperature=-1), "temperature"), (dict(top_p=0), "top_p"),
+])
+def test_bad_sampling_params(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kwargs)

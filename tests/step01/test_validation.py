@@ -1,0 +1,43 @@
+"""Bad input raises ValueError with a message that says what to do — before any work is done."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course.tiny import tiny_config
+from step01_kvcache.config import ModelConfig
+from step01_kvcache.generate import SamplingParams, generate
+
+
+@pytest.mark.parametrize("prompt,match", [
+    ([], "empty prompt"),
+    ([1, 256], "outside the vocabulary"),
+    ([-1], "outside the vocabulary"),
+    (torch.tensor([[1, 2]]), "1-D"),
+    (torch.tensor([1.0, 2.0]), "integer"),
+    ([1.0, 2.0], "ints"),
+])
+def test_bad_prompts(tiny, prompt, match):
+    with pytest.raises(ValueError, match=match):
+        generate(tiny, prompt, SamplingParams(max_new_tokens=2))
+
+
+def test_prompt_plus_new_tokens_beyond_max_length(tiny):
+    with pytest.raises(ValueError, match="max length 512"):
+        generate(tiny, [1] * 500, SamplingParams(max_new_tokens=13))
+
+
+def test_int_tensor_prompt_is_accepted(tiny):
+    assert generate(tiny, torch.tensor([1, 2, 3]), SamplingParams(max_new_tokens=2)) == \
+        generate(tiny, [1, 2, 3], SamplingParams(max_new_tokens=2))
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (dict(num_heads=6, num_kv_heads=4), "multiple of num_kv_heads"),
+    (dict(head_dim=15), "even"),
+    (dict(num_layers=0), "num_layers"),
+])
+def test_bad_config(overrides, match):
+    base = tiny_config().__dict__ | overrides
+    with pytest.raises(ValueError, match=match):
+        ModelConfig(**base)
