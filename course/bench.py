@@ -56,13 +56,70 @@ def bench_step01(args: argparse.Namespace) -> dict:
                 speedup_vs_hf=round(t_hf / t_on, 3), outputs_identical=ours == ours_off == theirs)
 
 
+def run_sequential(engine, prompts: list[list[int]], params) -> list:
+    """One request at a time, as seed 000 measures TTFT: each request alone in the engine."""
+    return [engine.generate([p], params)[0] for p in prompts]
+
+
+def run_concurrent(engine, prompts: list[list[int]], params) -> int:
+    """All requests of a round at once; returns the peak KV bytes held (requests and cache together)."""
+    engine.generate(prompts, params)
+    return engine.stats.peak_blocks * engine.kv_bytes_per_block
+
+
+def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Namespace) -> dict:
+    """The contract of DESIGN.md for a prefix-caching chapter: the same engine with its cache off and on.
+
+    `make_engine(model, prefix_caching: bool)` builds a fresh engine. TTFT and hit rate come from a
+    sequential pass over every round of the workload; peak memory and waste from a concurrent pass over
+    one round (sharing between live requests shows there). Greedy decoding, so outputs must be identical.
+    """
+    from statistics import mean, median
+
+    from step01_kvcache.generate import SamplingParams
+
+    from .pretrained import load_model, load_tokenizer
+    from .workloads import get_workload
+
+    workload = get_workload(args.workload or "short")
+    model, tok = load_model(args.model), load_tokenizer(args.model)
+    prompts = workload.prompts(tok)
+    params = SamplingParams(max_new_tokens=args.max_new_tokens)
+    every_round = prompts * workload.rounds
+    make_engine(model, False).generate([prompts[0]], SamplingParams(max_new_tokens=2))  # warm-up
+    results, engines = {}, {}
+    for on in (False, True):
+        engines[on] = make_engine(model, on)
+        results[on] = run_sequential(engines[on], every_round, params)
+    peak = {on: run_concurrent(make_engine(model, on), prompts, params) for on in (False, True)}
+    off, on = results[False], results[True]
+    prompt_tokens = sum(len(p) for p in every_round)
+    cached = sum(o.num_cached_tokens for o in on)
+    warm_off, warm_on = [o.ttft_s for o in off[1:]], [o.ttft_s for o in on[1:]]
+    return dict(
+        chapter=chapter, workload=workload.name, requests=len(every_round), prompt_tokens=prompt_tokens,
+        cached_tokens=cached, hit_rate=round(cached / prompt_tokens, 4),
+        ttft_off_s=round(mean(o.ttft_s for o in off), 5), ttft_on_s=round(mean(o.ttft_s for o in on), 5),
+        ttft_cold_off_s=round(off[0].ttft_s, 5), ttft_cold_on_s=round(on[0].ttft_s, 5),
+        ttft_off_warm_median_s=round(median(warm_off), 5), ttft_on_warm_median_s=round(median(warm_on), 5),
+        speedup_warm=round(median(warm_off) / median(warm_on), 2),
+        speedup_warm_best=round(max(a / b for a, b in zip(warm_off, warm_on)), 2),
+        speedup_bound=round(prompt_tokens / max(1, prompt_tokens - cached), 1),
+        outputs_identical=[o.output_ids for o in off] == [o.output_ids for o in on],
+        kv_peak_bytes_off=peak[False], kv_peak_bytes_on=peak[True],
+        kv_waste_fraction=round(engines[True].stats.waste_fraction, 4),
+        new_tokens=args.max_new_tokens,
+    )
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m course bench", description=__doc__)
     p.add_argument("chapter", help=f"one of {', '.join(sorted(BENCHES))} (or the package name)")
     p.add_argument("--workload", default=None, help="short | long | seed003 | batch (chapter-dependent)")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--model", default=None, help="local checkpoint folder or .gguf (default SmolLM2-135M)")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=8,
+                   help="tokens generated per request (TTFT does not depend on it; fewer is faster)")
     args = p.parse_args(argv)
     chapter = args.chapter.split("_")[0]
     if chapter not in BENCHES:

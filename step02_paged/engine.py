@@ -79,6 +79,9 @@ class Engine:
     def _make_kv_cache_manager(self) -> KVCacheManager:
         return KVCacheManager(self.config.num_blocks, self.config.block_size)
 
+    def _make_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> Sequence:
+        return Sequence(seq_id, prompt_ids, params)
+
     # ---- requests ---------------------------------------------------------------------------------------
     def add_request(self, prompt_ids: Seq[int] | torch.Tensor, params: SamplingParams = SamplingParams()) -> int:
         """Queue a request; returns its id. Rejects, with nothing queued, what could never run."""
@@ -92,7 +95,7 @@ class Engine:
         if not cfg.enable_chunked_prefill and longest > cfg.max_num_batched_tokens:
             raise ValueError(f"without chunked prefill a {longest}-token sequence must fit the step budget "
                              f"max_num_batched_tokens={cfg.max_num_batched_tokens}; enable chunked prefill")
-        seq = Sequence(self._next_id, ids, params)
+        seq = self._make_sequence(self._next_id, ids, params)
         self._next_id += 1
         self.seqs[seq.seq_id] = seq
         self.scheduler.add(seq)
