@@ -23,9 +23,10 @@ def chat_ids(tokenizer, prompt: str, system: str | None = None) -> list[int]:
     """Token ids of one chat turn through the model's chat template, ready for the assistant's answer."""
     if not prompt.strip():
         raise ValueError("empty prompt: pass --prompt TEXT")
+    from .workloads import chat_ids as template_ids
+
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(out["input_ids"] if hasattr(out, "keys") else out)
+    return template_ids(tokenizer, messages)
 
 
 def stop_ids(tokenizer) -> tuple[int, ...]:

@@ -74,6 +74,7 @@ class Engine:
         self.scheduler = Scheduler(config.scheduler_config(), self.kv)
         self.seqs: dict[int, Sequence] = {}
         self.stats = EngineStats()
+        self.last_scheduled: list[tuple[int, int]] = []  # (seq_id, tokens) of the latest step, for display
         self._next_id = 0
 
     def _make_kv_cache_manager(self) -> KVCacheManager:
@@ -118,8 +119,10 @@ class Engine:
         """Schedule, run one forward over all scheduled tokens, sample, retire. Returns finished requests."""
         batch = self.scheduler.schedule()
         if not batch:
+            self.last_scheduled = []
             return []
         batch.sort(key=lambda item: item[1] != 1)  # single-token sequences first (batched decode attention)
+        self.last_scheduled = [(s.seq_id, n) for s, n in batch]
         seqs = [s for s, _ in batch]
         counts = [n for _, n in batch]
         md = AttentionMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens for s in seqs],

@@ -101,6 +101,16 @@ class KVCacheManager:
             assert self.block_manager.ref_count[b] == expected.get(b, 0), \
                 f"block {b}: ref_count {self.block_manager.ref_count[b]} but {expected.get(b, 0)} holders"
 
+    def occupancy_map(self) -> str:
+        """One character per pool block: the holding sequence's id (mod 36), '*' if shared, '.' if free."""
+        owners: dict[int, set[int]] = {}
+        for seq in self.holders.values():
+            for b in seq.block_table:
+                owners.setdefault(b, set()).add(seq.seq_id)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+        return "".join("." if b not in owners else "*" if len(owners[b]) > 1 else digits[min(owners[b]) % 36]
+                       for b in range(self.num_blocks))
+
     def to_dot(self, name: str = "paged") -> str:
         """Block tables (one row per sequence) pointing at pool blocks, with ref counts; free blocks grey."""
         dot = Dot(name, rankdir="LR", nodesep="0.15", ranksep="0.8")
