@@ -1,0 +1,344 @@
+"""The shared workloads every chapter benchmarks, written for this course.
+
+A workload is a list of chats in arrival order. Token ids come from the real tokenizer's chat template, so
+the numbers a chapter reports (hit rate, TTFT speed-up) are the ones a student reproduces. Each workload
+exists to expose one behaviour of a KV cache:
+
+- `short`: 3 personas x 3 rounds of ~144-token requests; reuse comes only from a persona's system prompt in
+  rounds 2 and 3 (ideal token-level hit rate here 55.9%; seed 000 reported 62.8% with its own texts).
+- `long`: one ~2083-token reference text + 8 short questions; warm TTFT is bounded by total/new tokens.
+- `seed003`: 10 requests sharing a long prefix, run twice; round 2 must hit everything.
+- `batch`: 8 ragged, unrelated requests (~20 to ~300 tokens) for continuous batching and memory waste.
+- `diverge`: 4 requests sharing exactly 16*4 + 7 = 71 tokens: a token radix tree reuses all 71, a cache
+  of hashed 16-token blocks only 64.
+
+`python -m course workloads [NAME ...] [--json]` prints their measured token counts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+
+TEXTS = Path(__file__).parent / "workload_texts"
+BLOCK = 16  # the block size the chapters page and hash with; `diverge` is built around it
+DIVERGE_SHARED_PREFIX = 16 * 4 + 7  # tokens shared by every `diverge` request (checked by the tests)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named list of chats, one per request, in arrival order; `rounds` says how often it is replayed."""
+
+    name: str
+    description: str
+    messages: list[list[dict]] = field(repr=False)
+    rounds: int = 1
+
+    def prompts(self, tokenizer) -> list[list[int]]:
+        """Token ids per request for one round: the chat template with the assistant's generation prompt."""
+        return [chat_ids(tokenizer, chat) for chat in self.messages]
+
+
+def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Templated token ids of one chat; transformers returns a BatchEncoding or a plain list by version."""
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = out["input_ids"] if not isinstance(out, list) else out
+    return [int(t) for t in ids]
+
+
+def shared_prefix_len(prompts: list[list[int]]) -> int:
+    """Length of the longest token prefix common to all prompts (0 for none) - what every request can reuse."""
+    if not prompts:
+        return 0
+    n = min(len(p) for p in prompts)
+    first = prompts[0]
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return n
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def reusable_tokens(prompts: list[list[int]]) -> list[int]:
+    """Per request, the longest prefix it shares with any earlier request: what an ideal token cache reuses."""
+    return [max((_lcp(p, q) for q in prompts[:i]), default=0) for i, p in enumerate(prompts)]
+
+
+def _chat(system: str, user: str) -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+# --- short: three personas, three rounds -------------------------------------------------------------------
+
+_PERSONAS = {
+    "assistant": (
+        "You are Juniper, a friendly general-purpose assistant for a small public library. You help visitors "
+        "with everyday questions about books, study skills, travel planning, cooking, and household "
+        "tasks. Answer in plain, warm language and keep replies under 150 words unless the visitor asks for "
+        "more. When you are not sure of a fact, say so plainly instead of guessing, "
+        "and suggest where the visitor might check. Never invent titles, dates, or quotations. If a question "
+        "needs a professional, such as a doctor or lawyer, say that gently and offer general background only."
+    ),
+    "coder": (
+        "You are Forge, a careful programming assistant for engineers who write Python and some C. Prefer "
+        "short, working examples over long explanations, and show code in fenced blocks with the language "
+        "named. Use the standard library first and mention third-party packages only when they clearly help. "
+        "Point out edge cases, such as empty inputs, off-by-one errors, and integer overflow, whenever they "
+        "matter. When a request is ambiguous, state the assumption you chose in one sentence before the code. "
+        "Never claim code was tested unless the user shows output from running it."
+    ),
+    "analyst": (
+        "You are Ledger, a data analyst who helps a small business owner understand numbers. You explain "
+        "averages, growth rates, margins, and simple charts without jargon, and you always show the arithmetic "
+        "step by step so the owner can check it. When data is missing or looks odd, you say what you would "
+        "need to know before drawing a conclusion. Round money to two decimal places and percentages to one. "
+        "Separate facts taken from the data from your own interpretation, and label the interpretation "
+        "clearly. Keep each answer focused on the decision the owner faces."
+    ),
+}
+
+_SHORT_QUESTIONS = {
+    "assistant": (
+        "Can you suggest three novels for a teenager who loved reading mystery stories this summer?",
+        "What is a simple way to keep fresh herbs like basil from wilting in the kitchen?",
+        "How should I plan a quiet weekend trip by train with two young children?",
+    ),
+    "coder": (
+        "Write a Python function that splits a list into chunks of a given size.",
+        "How do I read a large CSV file line by line without loading it all into memory?",
+        "Why does my recursive Fibonacci function get so slow for inputs above thirty-five?",
+    ),
+    "analyst": (
+        "Sales were 4,200 in March and 5,040 in April. What was the growth rate?",
+        "Our coffee costs 1.10 per cup to make and sells for 3.50. What is the margin?",
+        "Should I trust an average order value computed from only twelve orders placed last week, or wait "
+        "for more?",
+    ),
+}
+
+
+def _short() -> Workload:
+    chats = [_chat(_PERSONAS[p], _SHORT_QUESTIONS[p][r]) for r in range(3) for p in _PERSONAS]
+    return Workload("short", "3 personas (assistant, coder, analyst) x 3 rounds, ~144 tokens each; "
+                    "reuse comes only from a persona's system prompt in rounds 2 and 3", chats)
+
+
+# --- long: one reference manual, eight questions -----------------------------------------------------------
+
+_LONG_QUESTIONS = (
+    "According to the manual, what happens to writers when a third immutable memtable would be created, and "
+    "which parameter controls how many frozen memtables may wait?",
+    "If sync_mode is set to never and the machine loses power, how much acknowledged data can be lost, and is "
+    "the vault still consistent afterwards?",
+    "Explain how the score of level L0 is computed differently from the scores of the deeper levels during "
+    "leveled compaction.",
+    "A read-heavy service shows a page cache hit rate of 82 percent. What does the reference suggest, and "
+    "which parameter should the operator change?",
+    "Why can a snapshot that stays open for a whole hour make the vault grow on disk, even when no new keys "
+    "are being written?",
+    "What does error T-202 mean, and what does Tessera do with the partial batch at the end of a truncated "
+    "log segment when the vault is opened?",
+    "With the default settings, at how many L0 slabs are writes first slowed down, and at how many are they "
+    "stopped completely?",
+    "Describe the prefix compression used inside a slab page, including what a restart point is and how "
+    "often one occurs by default.",
+)
+
+
+def _long() -> Workload:
+    manual = (TEXTS / "long_reference.txt").read_text(encoding="utf-8").strip()
+    chats = [_chat(manual, q) for q in _LONG_QUESTIONS]
+    return Workload("long", "one ~2083-token reference manual as the system prompt + 8 questions of 28-48 "
+                    "new tokens; warm TTFT is bounded by total/new tokens", chats)
+
+
+# --- seed003: ten requests behind one long shared prefix, run twice ----------------------------------------
+
+_SEED003_SYSTEM = (
+    "You are the operations assistant of Harbor Lane Bikes, a bicycle rental shop with two locations near the "
+    "waterfront. Staff ask you questions during their shifts. Answer only from the shift notes the user "
+    "provides and from the rules below; if the notes do not say, answer that you do not know and name the "
+    "person to ask. Keep answers to three sentences or fewer. Use the 24-hour clock for times and euros for "
+    "prices. Rentals are charged per started hour, helmets are free, and every bike must be checked for brakes, "
+    "tyre pressure and lights before it leaves the shop. Never promise refunds; only the shift lead can "
+    "approve them."
+)
+
+_SEED003_NOTES = (
+    "Shift notes for Saturday, north location.\n"
+    "- Opening: Maria opens at 08:30; the shop opens to customers at 09:00 and closes at 19:00.\n"
+    "- Shift lead: Tomas until 14:00, then Aisha until closing.\n"
+    "- Fleet: 24 city bikes, 8 electric bikes, 5 tandems, 6 child seats. Electric bike 7 has a weak battery "
+    "and is out of service until the replacement arrives on Monday.\n"
+    "- Prices today: city bike 6 euros per hour, electric bike 11 euros per hour, tandem 10 euros per hour, "
+    "day pass for a city bike 30 euros. The school group at 11:00 has a 20 percent discount.\n"
+    "- Bookings: school group of 12 at 11:00 (city bikes, teacher Mr. Okafor); family of four at 13:30 "
+    "(one tandem, two city bikes, one child seat); tour guide Lena picks up 6 electric bikes at 15:00.\n"
+    "- Weather: rain expected after 16:00; offer rain ponchos, 3 euros each.\n"
+    "- Deposits: 50 euros per bike, 200 euros per electric bike, card only."
+)
+
+_SEED003_QUESTIONS = (
+    "How many electric bikes can we rent out today?",
+    "Who should I ask about a refund at 15:30?",
+    "What will the school group pay per bike per hour?",
+    "What do I need to give the family that arrives at 13:30?",
+    "Can a customer pay the electric bike deposit in cash?",
+    "What time do customers get in today?",
+    "What should I offer riders who return late in the afternoon?",
+    "Who is the teacher with the school group?",
+    "How much is a day pass for a city bike?",
+    "What must I check before a tandem leaves the shop?",
+)
+
+
+def _seed003() -> Workload:
+    chats = [_chat(_SEED003_SYSTEM, f"{_SEED003_NOTES}\n\nQuestion: {q}") for q in _SEED003_QUESTIONS]
+    return Workload("seed003", "10 requests sharing a system prompt and shift notes, each with its own short "
+                    "question; run twice (round 2 must be all hits, refcounts back to baseline)", chats, rounds=2)
+
+
+# --- batch: eight unrelated requests of very different lengths ---------------------------------------------
+
+_BATCH_STORY = (
+    "The lighthouse on Corrow Point was automated in the spring, and the keeper, a quiet man named Edvin who "
+    "had tended the lamp for twenty-two years, was told he could stay in the cottage until the end of the "
+    "summer. He spent the first weeks doing what he had always done: climbing the spiral stairs at dusk, "
+    "wiping the great lens, writing the weather in his logbook. The new machine did not need him, and it did "
+    "not seem to mind him either. In July a girl from the village began bringing him the post on her bicycle. "
+    "She asked about the ships he had seen, the storms, the winter the harbour froze, and he found that the "
+    "stories came back to him more easily than he expected. By August she had filled a school notebook with "
+    "them. On his last evening he climbed the stairs once more, not to work but to watch the beam sweep "
+    "across the water, steady and indifferent, and he was surprised to feel glad that it would go on without "
+    "him. He left the logbook on the table for whoever came next, with one final entry: wind from the west, "
+    "sea calm, light burning well."
+)
+
+_BATCH = (
+    ("You are a patient maths tutor.",
+     "A rectangle has a perimeter of 36 centimetres and its length is twice its width. Find its area, and "
+     "explain each step so that a twelve-year-old could follow the reasoning."),
+    ("Reply in one word.", "Capital of Peru?"),
+    ("You are a literary editor who gives honest, specific feedback.",
+     "Here is a short story I wrote for a competition with a limit of 250 words. Please tell me what works, "
+     "what does not, and suggest a better title.\n\n" + _BATCH_STORY),
+    ("You translate English into simple Spanish.", "Please translate: The museum opens at ten and is free on "
+     "Sundays, but the garden closes early in winter."),
+    ("You write polite, concise emails for a busy office manager.",
+     "Draft an email to the building's cleaning company. Our office moves from the third floor to the fifth "
+     "floor on 14 June. Cleaning should continue on the third floor until 13 June and start on the fifth "
+     "floor on 15 June. The fifth floor has two extra meeting rooms and a small kitchen, so please send a new "
+     "quote. Also ask whether the Friday evening visit could move to Thursday evening, because we now hold a "
+     "team event on Fridays. Keep it friendly and under 150 words."),
+    ("Answer briefly.", "Is a tomato a fruit or a vegetable?"),
+    ("You are a gardening expert for cold northern climates.",
+     "I live where the first frost usually comes in mid-September and the last one in late May. I have a "
+     "sunny raised bed of about two square metres with sandy soil. I would like to grow something to eat "
+     "besides lettuce, ideally plants that tolerate cool nights and a short season. What would you plant, "
+     "when would you sow each crop, and how should I improve the soil before spring?"),
+    ("You are a careful code reviewer.",
+     "Review this Python snippet:\n\ndef average(xs):\n    total = 0\n    for x in xs:\n        total += x\n"
+     "    return total / len(xs)"),
+)
+
+
+def _batch() -> Workload:
+    chats = [_chat(system, user) for system, user in _BATCH]
+    return Workload("batch", "8 unrelated requests of very different lengths (~20 to ~300 tokens), each with its "
+                    "own system prompt: continuous batching and KV memory waste, no prefix reuse", chats)
+
+
+# --- diverge: a shared prefix that ends inside a 16-token block --------------------------------------------
+
+_DIVERGE_SYSTEM = ("You are a concise travel assistant for visitors to Portugal. Answer in two sentences and add one "
+                  "practical tip about opening hours, prices or transport.")
+_DIVERGE_STEM = ("My sister and I are visiting Lisbon for three days in late October. We both enjoy long walks, old "
+                 "tiled buildings, small art museums, river ferries and really good")
+_DIVERGE_ENDINGS = (
+    " seafood. Which neighbourhood should we stay in?",
+    " coffee. Where can we find a quiet cafe near the river?",
+    " music. Is there somewhere to hear live fado on a weeknight?",
+    " views. Which viewpoint is best at sunset?",
+)
+
+
+def _diverge() -> Workload:
+    chats = [_chat(_DIVERGE_SYSTEM, _DIVERGE_STEM + end) for end in _DIVERGE_ENDINGS]
+    return Workload("diverge", f"4 requests sharing {DIVERGE_SHARED_PREFIX} tokens (= {BLOCK}*"
+                    f"{DIVERGE_SHARED_PREFIX // BLOCK} + {DIVERGE_SHARED_PREFIX % BLOCK}), diverging inside a "
+                    f"{BLOCK}-token block: a token radix tree reuses all of them, block hashing only whole blocks",
+                    chats)
+
+
+_BUILDERS = {"short": _short, "long": _long, "seed003": _seed003, "batch": _batch, "diverge": _diverge}
+WORKLOADS: tuple[str, ...] = tuple(_BUILDERS)
+
+
+def get_workload(name: str) -> Workload:
+    """The workload called `name`; a ValueError names the valid ones, so a typo in `--workload` is obvious."""
+    try:
+        builder = _BUILDERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown workload {name!r}; valid names: {', '.join(WORKLOADS)}") from None
+    return builder()
+
+
+# --- command line ------------------------------------------------------------------------------------------
+
+def measure(workload: Workload, tokenizer) -> dict:
+    """Token statistics of one workload: sizes, the prefix all requests share, and an ideal cache's hit rate."""
+    prompts = workload.prompts(tokenizer)
+    lengths = [len(p) for p in prompts]
+    shared = shared_prefix_len(prompts)
+    new = [n - shared for n in lengths]
+    # An ideal token-granular cache over all rounds: round 1 reuses prefixes of earlier requests, later rounds
+    # find every prompt whole (a real engine still recomputes the last token to get its logits).
+    reused = sum(reusable_tokens(prompts)) + (workload.rounds - 1) * sum(lengths)
+    total = workload.rounds * sum(lengths)
+    return {
+        "requests": len(prompts), "rounds": workload.rounds,
+        "tokens_min": min(lengths), "tokens_mean": round(mean(lengths), 1), "tokens_max": max(lengths),
+        "shared_prefix": shared, "new_min": min(new), "new_max": max(new),
+        "ideal_hit_rate": round(reused / total, 3),
+    }
+
+
+def main(argv: list[str]) -> int:
+    """`python -m course workloads [NAME ...] [--json]`: a table of measured token counts per workload."""
+    parser = argparse.ArgumentParser(prog="python -m course workloads", description=main.__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"workloads to measure (default: all of "
+                        f"{', '.join(WORKLOADS)})")
+    parser.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
+    args = parser.parse_args(argv)
+    names = args.names or list(WORKLOADS)
+    try:
+        workloads = [get_workload(n) for n in names]
+    except ValueError as e:
+        parser.error(str(e))
+
+    from .pretrained import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    stats = {w.name: measure(w, tokenizer) for w in workloads}
+    header = (f"{'workload':<9} {'requests':>8} {'rounds':>6} {'tok min':>7} {'tok mean':>8} {'tok max':>7} "
+              f"{'shared':>6} {'new min':>7} {'new max':>7} {'ideal hit':>9}")
+    print(header)
+    print("-" * len(header))
+    for name, s in stats.items():
+        print(f"{name:<9} {s['requests']:>8} {s['rounds']:>6} {s['tokens_min']:>7} {s['tokens_mean']:>8} "
+              f"{s['tokens_max']:>7} {s['shared_prefix']:>6} {s['new_min']:>7} {s['new_max']:>7} "
+              f"{s['ideal_hit_rate']:>9.1%}")
+    print("\ntokens: templated prompt with generation prompt; shared: longest prefix common to all requests; "
+          "new: tokens after it;\nideal hit: tokens a perfect token-level prefix cache reuses over all rounds.")
+    if args.json:
+        print(json.dumps({"workloads": stats}))
+    return 0

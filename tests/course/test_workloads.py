@@ -1,0 +1,106 @@
+"""The shared workloads: their sizes are contracts (chapters' bars quote them), measured with the real tokenizer."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from course.workloads import (
+    BLOCK,
+    DIVERGE_SHARED_PREFIX,
+    WORKLOADS,
+    Workload,
+    get_workload,
+    main,
+    reusable_tokens,
+    shared_prefix_len,
+)
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_every_workload_builds(name):
+    w = get_workload(name)
+    assert isinstance(w, Workload) and w.name == name and w.description
+    assert w.messages and w.rounds >= 1
+    for chat in w.messages:
+        assert [m["role"] for m in chat] == ["system", "user"]
+        assert all(isinstance(m["content"], str) and m["content"].strip() for m in chat)
+
+
+def test_bad_name_lists_valid_names():
+    with pytest.raises(ValueError, match="short.*long.*seed003"):
+        get_workload("nope")
+
+
+def test_shared_prefix_len():
+    assert shared_prefix_len([]) == 0
+    assert shared_prefix_len([[1, 2, 3]]) == 3
+    assert shared_prefix_len([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert shared_prefix_len([[1, 2], [3, 2]]) == 0
+    assert reusable_tokens([[1, 2, 3], [1, 2, 4], [1, 9], [1, 2, 4, 5]]) == [0, 2, 1, 3]
+
+
+@pytest.mark.slow
+def test_short(tokenizer):
+    prompts = get_workload("short").prompts(tokenizer)
+    assert len(prompts) == 9
+    assert all(135 <= len(p) <= 155 for p in prompts), [len(p) for p in prompts]
+    # round r of persona p reuses that persona's system prompt from round 1
+    assert shared_prefix_len([prompts[0], prompts[3], prompts[6]]) > 100
+    assert shared_prefix_len(prompts[:3]) < 20
+
+
+@pytest.mark.slow
+def test_long(tokenizer):
+    prompts = get_workload("long").prompts(tokenizer)
+    assert len(prompts) == 8
+    shared = shared_prefix_len(prompts)
+    assert shared >= 2060
+    new = [len(p) - shared for p in prompts]
+    assert all(28 <= n <= 48 for n in new), new
+
+
+@pytest.mark.slow
+def test_seed003(tokenizer):
+    w = get_workload("seed003")
+    prompts = w.prompts(tokenizer)
+    assert len(prompts) == 10 and w.rounds == 2
+    assert shared_prefix_len(prompts) >= 100
+    assert len({tuple(p) for p in prompts}) == 10
+
+
+@pytest.mark.slow
+def test_batch(tokenizer):
+    prompts = get_workload("batch").prompts(tokenizer)
+    lengths = [len(p) for p in prompts]
+    assert len(prompts) == 8
+    assert min(lengths) <= 30 and max(lengths) >= 250, lengths
+    assert shared_prefix_len(prompts) <= 5  # only the template's opening tokens
+
+
+@pytest.mark.slow
+def test_diverge(tokenizer):
+    prompts = get_workload("diverge").prompts(tokenizer)
+    shared = shared_prefix_len(prompts)
+    assert shared == DIVERGE_SHARED_PREFIX
+    assert shared % BLOCK != 0
+    assert all(len(p) > shared for p in prompts)
+    # the prefix breaks within a block, at the same token for every pair
+    assert all(shared_prefix_len([prompts[0], p]) == shared for p in prompts[1:])
+
+
+@pytest.mark.slow
+def test_main_json(capsys):
+    assert main(["short", "diverge", "--json"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    stats = json.loads(last)["workloads"]
+    assert set(stats) == {"short", "diverge"}
+    assert stats["diverge"]["shared_prefix"] == DIVERGE_SHARED_PREFIX
+    assert stats["short"]["requests"] == 9
+
+
+def test_main_rejects_bad_name(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["nope"])
+    assert e.value.code == 2
+    assert "valid names" in capsys.readouterr().err
