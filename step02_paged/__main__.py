@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.add_request(p, SamplingParams(max_new_tokens=24, stop_token_ids=stop_ids(tok)))
     if not args.answer_only:
         print(f"model loaded in {load_s:.1f} s; pool: {args.num_blocks} blocks x {args.block_size} tokens "
-              f"({engine.kv_bytes_per_block / 2**20:.2f} MiB per block, fp32)")
+              f"({engine.kv_bytes_per_block / 2**20:.2f} MiB per block, {str(model.dtype).removeprefix('torch.')})")
         print("requests: " + ", ".join(f"seq {s.seq_id}: {s.num_prompt_tokens} prompt tokens"
                                        for s in engine.scheduler.waiting) + "\n")
         print("step  scheduled (seq:tokens)             pool (digit = holding seq, . = free)")

@@ -6,7 +6,7 @@ The model is chapter 1's Transformer, unchanged: only its KV store is new (Paged
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -58,7 +58,6 @@ class EngineStats:
     peak_blocks: int = 0
     allocated_slot_steps: int = 0
     filled_slot_steps: int = 0
-    waste_samples: list[float] = field(default_factory=list)
 
     @property
     def waste_fraction(self) -> float:
@@ -88,9 +87,9 @@ class Engine:
         """Queue a request; returns its id. Rejects, with nothing queued, what could never run."""
         ids = validate_prompt(self.model.config, prompt_ids, params.max_new_tokens)
         cfg = self.config
-        longest = len(ids) + params.max_new_tokens
+        longest = len(ids) + params.max_new_tokens - 1  # the last sampled token is never stored
         if cdiv(longest, cfg.block_size) > cfg.num_blocks:
-            raise ValueError(f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) needs "
+            raise ValueError(f"prompt ({len(ids)}) + max_new_tokens ({params.max_new_tokens}) needs up to "
                              f"{cdiv(longest, cfg.block_size)} blocks but the pool has only {cfg.num_blocks}; "
                              "raise num_blocks or shorten the request")
         if not cfg.enable_chunked_prefill and longest > cfg.max_num_batched_tokens:
@@ -137,7 +136,6 @@ class Engine:
         for seq, n in batch:
             seq.num_computed_tokens += n
             self.kv.on_computed(seq)
-        self._record_usage()
         for row, i in enumerate(sampling):
             seq = seqs[i]
             seq.append_token(sample_next(logits[row], seq.params, seq.generator))
@@ -145,9 +143,11 @@ class Engine:
                 self.scheduler.finish(seq)
                 finished.append(self._retire(seq))
         self.stats.steps += 1
+        self._record_usage()
         return finished
 
     def _record_usage(self) -> None:
+        """Sampled at the end of each step, over the sequences that still hold memory."""
         allocated, filled = self.kv.slot_usage()
         s = self.stats
         s.peak_blocks = max(s.peak_blocks, allocated // self.config.block_size)

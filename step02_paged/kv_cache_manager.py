@@ -111,9 +111,10 @@ class KVCacheManager:
         return "".join("." if b not in owners else "*" if len(owners[b]) > 1 else digits[min(owners[b]) % 36]
                        for b in range(self.num_blocks))
 
-    def to_dot(self, name: str = "paged") -> str:
-        """Block tables (one row per sequence) pointing at pool blocks, with ref counts; free blocks grey."""
-        dot = Dot(name, rankdir="LR", nodesep="0.15", ranksep="0.8")
+    def to_dot(self, name: str = "paged", row: int = 16) -> str:
+        """Block tables (one record per sequence, on top) pointing at the pool's blocks (below, in id order,
+        `row` per line) with their ref counts: green held once, yellow shared, grey free."""
+        dot = Dot(name, rankdir="TB", nodesep="0.08", ranksep="0.6")
         bm = self.block_manager
         for seq in sorted(self.holders.values(), key=lambda s: s.seq_id):
             cells = "|".join(f"<b{i}> {b}" for i, b in enumerate(seq.block_table)) or "(none)"
@@ -125,4 +126,10 @@ class KVCacheManager:
             ref = bm.ref_count[b]
             color = "#cccccc" if ref == 0 else ("#fde293" if ref > 1 else "#ceead6")
             dot.node(f"blk{b}", f"block {b}\nref {ref}", fillcolor=color)
+        for start in range(0, self.num_blocks, row):  # the pool as rows of blocks, kept in id order
+            ids = range(start, min(start + row, self.num_blocks))
+            dot.raw("{ rank=same; " + " ".join(f'"blk{b}";' for b in ids) + " }")
+            dot.raw(" -> ".join(f'"blk{b}"' for b in ids) + " [style=invis];")
+            if start + row < self.num_blocks:
+                dot.raw(f'"blk{start}" -> "blk{start + row}" [style=invis];')
         return dot.source()

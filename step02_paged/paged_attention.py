@@ -2,8 +2,9 @@
 
 Per engine step the tokens of all scheduled sequences form one flat batch [T]. `AttentionMetadata` is
 built once per step (slot of every new token, context slots of every sequence, masks) and shared by all
-layers. Sequences with a single new token (decodes) are attended together as one padded batch;
-each prefill chunk is attended on its own, with a causal mask offset by its cached context.
+layers. Sequences with a single new token are attended together as one padded batch — decodes, and
+also a prefill chunk that happens to be one token long (vLLM splits by query length the same way);
+each longer prefill chunk is attended on its own, with a causal mask offset by its cached context.
 """
 from __future__ import annotations
 
