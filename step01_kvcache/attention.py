@@ -11,7 +11,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .rope import RotaryEmbedding
+from .rope import apply_rotary
 
 
 def causal_mask(q_positions: torch.Tensor, kv_len: int) -> torch.Tensor | None:
@@ -65,13 +65,14 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(hidden, num_kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 kv: KVStore | None) -> torch.Tensor:
+        """x [T, hidden]; rope = (cos, sin) of the T tokens' positions, computed once per forward."""
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
         k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
-        q, k = rope(q, k, positions)
+        q, k = apply_rotary(q, k, *rope)
         if kv is None:  # no cache: these T tokens are the whole sequence
             out = attention(q, k, v, causal_mask(positions, T))
         else:

@@ -27,7 +27,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 kv: KVStore | None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), positions, rope, kv)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -56,8 +56,9 @@ class Transformer(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVStore | None = None) -> torch.Tensor:
         """Hidden states [T, hidden] of T tokens at the given absolute positions."""
         x = self.embed_tokens(input_ids)
+        rope = self.rope(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, positions, self.rope, kv)
+            x = layer(x, positions, rope, kv)
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -15,8 +15,16 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def apply_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate q [T, Hq, D] and k [T, Hkv, D] by their tokens' angles; cos, sin: [T, 1, D] (shared by heads)."""
+    # BEGIN SOLUTION task1.rope
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    # END SOLUTION
+
+
 class RotaryEmbedding(nn.Module):
-    """Precomputed cos/sin tables indexed by absolute position."""
+    """Precomputed cos/sin tables indexed by absolute position; looked up once per forward, used by every layer."""
 
     def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
         super().__init__()
@@ -26,10 +34,6 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q: [T, Hq, D], k: [T, Hkv, D], positions: [T] absolute positions of the T tokens."""
-        # BEGIN SOLUTION task1.rope
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)  # [T, 1, D] broadcasts over heads
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        # END SOLUTION
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [T, 1, head_dim] for the T tokens' absolute positions."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
