@@ -63,6 +63,7 @@ def test_generate_is_greedy_argmax_of_full_forward():
             seq.append(tok)
 
 
+@pytest.mark.task("task1.cache_attend")
 def test_cache_overflow_is_a_clear_error(tiny):
     cache = KVCache(tiny.config, 4)
     with pytest.raises(ValueError, match="KV cache full"):

@@ -27,6 +27,7 @@ def test_prompt_plus_new_tokens_beyond_max_length(tiny):
         generate(tiny, [1] * 500, SamplingParams(max_new_tokens=13))
 
 
+@pytest.mark.task("task1.decode_loop")
 def test_int_tensor_prompt_is_accepted(tiny):
     assert generate(tiny, torch.tensor([1, 2, 3]), SamplingParams(max_new_tokens=2)) == \
         generate(tiny, [1, 2, 3], SamplingParams(max_new_tokens=2))

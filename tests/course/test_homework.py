@@ -1,0 +1,297 @@
+"""The homework tool on a fake course built in tmp_path: stubs, markers, start, check (scores, loops, imports)."""
+from __future__ import annotations
+
+import ast
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from course import homework as hw
+
+MATHY = '''\
+"""A fake chapter module: two tasks."""
+from __future__ import annotations
+
+import functools
+
+
+def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:
+    """Sum, scaled."""
+    # BEGIN SOLUTION task91.add
+    total = a + b
+    return total * scale
+    # END SOLUTION
+
+
+class Counter:
+    """Counts things."""
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019
+    def triangle(self, n: int) -> int:
+        """0 + 1 + ... + n - 1."""
+        total = 0
+        # BEGIN SOLUTION task91.triangle
+        for i in range(n):
+            total += i
+        # END SOLUTION
+        return total
+'''
+
+TESTS = '''\
+import pytest
+
+from step91_fake.mathy import Counter, add
+
+
+@pytest.mark.task("task91.add")
+def test_add():
+    assert add(1) == 3
+
+
+@pytest.mark.task("task91.add")
+@pytest.mark.parametrize("scale", [0.5, 2.0])
+def test_add_scaled(scale):
+    assert add(1, 1, scale=scale) == 2 * scale
+
+
+@pytest.mark.task("task91.triangle")
+def test_triangle():
+    assert Counter().triangle(4) == 6
+
+
+def test_untagged():
+    assert add(0, 0) == 0
+'''
+
+
+@pytest.fixture
+def course(tmp_path: Path) -> Path:
+    """A course root with chapter step91_fake (2 tasks, 4 tagged tests + 1 untagged) and step92_uses
+    (1 task, built on step91_fake by import)."""
+    root = tmp_path / "course"
+    (root / "step91_fake").mkdir(parents=True)
+    (root / "step91_fake" / "__init__.py").write_text('"""Fake chapter 91."""\n')
+    (root / "step91_fake" / "mathy.py").write_text(MATHY)
+    (root / "tests" / "step91").mkdir(parents=True)
+    (root / "tests" / "step91" / "test_fake.py").write_text(TESTS)
+    (root / "step92_uses").mkdir()
+    (root / "step92_uses" / "__init__.py").write_text(textwrap.dedent('''\
+        from step91_fake.mathy import add
+
+
+        def double_add(a: int) -> float:
+            """Twice add(a)."""
+            # BEGIN SOLUTION task92.double
+            return 2 * add(a)
+            # END SOLUTION
+        '''))
+    (root / "tests" / "step92").mkdir(parents=True)
+    (root / "tests" / "step92" / "test_uses.py").write_text(textwrap.dedent('''\
+        import pytest
+        from step92_uses import double_add
+
+
+        @pytest.mark.task("task92.double")
+        def test_double():
+            assert double_add(1) == 6
+        '''))
+    return root
+
+
+def _functions(source: str) -> list[tuple]:
+    return [(n.name, ast.dump(n.args), [ast.dump(d) for d in n.decorator_list], ast.dump(n.returns),
+             ast.get_docstring(n)) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)]
+
+
+def test_stub_keeps_signatures_and_docstrings_and_raises_with_the_task_id():
+    stub = hw.make_stub(MATHY, chapter="step91_fake")
+    assert _functions(stub) == _functions(MATHY)
+    assert hw.signatures(stub) == hw.signatures(MATHY)
+    assert stub.count("# BEGIN SOLUTION") == 2 and stub.count("# END SOLUTION") == 2  # markers stay
+    assert "total * scale" not in stub and "range(n)" not in stub
+    namespace: dict = {}
+    exec(compile(stub, "mathy.py", "exec"), namespace)
+    with pytest.raises(NotImplementedError, match=r"^task91\.add: see step91_fake/README\.md#exercises$"):
+        namespace["add"](1)
+    with pytest.raises(NotImplementedError, match=r"^task91\.triangle: "):
+        namespace["Counter"]().triangle(3)
+
+
+def test_stub_only_the_given_tasks():
+    stub = hw.make_stub(MATHY, only={"task91.triangle"})
+    assert "total * scale" in stub and "range(n)" not in stub
+    assert hw.make_stub(MATHY, only=set()) == MATHY
+
+
+def test_signatures_see_a_changed_default():
+    assert hw.signatures(MATHY.replace("b: int = 2", "b: int = 3")) != hw.signatures(MATHY)
+
+
+def test_find_regions_names_the_enclosing_function():
+    regions = hw.find_regions(MATHY, "mathy.py")
+    assert [(r.task, r.function, r.begin) for r in regions] == [("task91.add", "add", 9),
+                                                               ("task91.triangle", "Counter.triangle", 22)]
+
+
+@pytest.mark.parametrize("source,error", [
+    ("def f():\n    # BEGIN SOLUTION t.a\n    # BEGIN SOLUTION t.b\n    pass\n    # END SOLUTION\n", "x.py:3: .*nest"),
+    ("def f():\n    # BEGIN SOLUTION t.a\n    pass\n", "x.py:2: .*never closed"),
+    ("def f():\n    pass\n    # END SOLUTION\n", "x.py:3: END SOLUTION without"),
+    ("def f():\n    # BEGIN SOLUTION\n    pass\n    # END SOLUTION\n", "x.py:2: .*task id"),
+    ("def f():\n    # BEGIN SOLUTION t.a\n    pass\n# END SOLUTION\n", "x.py:4: .*indented differently"),
+    ("def f():\n    # BEGIN SOLUTION t.a\n    pass\n    # END SOLUTION t.b\n", "x.py:4: .*closes the region of t.a"),
+    ("# BEGIN SOLUTION t.a\nX = 1\n# END SOLUTION\n", "x.py:1: .*not inside a function"),
+])
+def test_bad_markers_are_clear_errors(source: str, error: str):
+    with pytest.raises(hw.MarkerError, match=error):
+        hw.make_stub(source, filename="x.py")
+
+
+def test_bad_marker_in_a_chapter_leaves_no_copy(course: Path, tmp_path: Path):
+    (course / "step91_fake" / "bad.py").write_text("def g():\n    # BEGIN SOLUTION t.x\n    return 1\n")
+    with pytest.raises(hw.MarkerError, match=r"step91_fake/bad\.py:2:"):
+        hw.start("step91", tmp_path / "hw", root=course)
+    assert not (tmp_path / "hw" / "step91_fake").exists()
+
+
+def test_start_copies_stubs_and_refuses_to_overwrite(course: Path, tmp_path: Path, capsys):
+    dest = tmp_path / "hw"
+    argv = ["start", "step91", "--dest", str(dest), "--root", str(course)]
+    assert hw.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "task91.add" in out and "mathy.py:9" in out and "Counter.triangle" in out
+    copy = dest / "step91_fake" / "mathy.py"
+    assert 'raise NotImplementedError("task91.add: see step91_fake/README.md#exercises")' in copy.read_text()
+
+    copy.write_text(MATHY)  # the student's work
+    assert hw.main(argv) == 2
+    assert "--force" in capsys.readouterr().err
+    assert copy.read_text() == MATHY
+    assert hw.main([*argv, "--force"]) == 0
+    assert copy.read_text() != MATHY
+    assert hw.find_tasks("step91_fake", course).keys() == {"task91.add", "task91.triangle"}
+
+
+def test_check_scores_zero_on_stubs_and_full_on_the_reference(course: Path, tmp_path: Path, capsys):
+    hw.start("step91", tmp_path / "stubs", root=course)
+    stubs = hw.check("step91", tmp_path / "stubs", timeout=10, root=course)
+    assert (stubs["score"], stubs["max_score"], stubs["error"]) == (0, 2, None)
+    add = next(t for t in stubs["tasks"] if t["id"] == "task91.add")
+    assert (add["passed"], add["failed"], add["total"], add["points"]) == (0, 3, 3, 0)
+    assert any("NotImplementedError: task91.add" in f["message"] for f in stubs["failures"])
+    assert stubs["untagged"] == {"passed": 0, "failed": 1, "errors": 0, "skipped": 0, "total": 1}
+
+    hw.start("step91", tmp_path / "ref", only=set(), root=course)
+    assert hw.main(["check", "step91", "--json", "--dest", str(tmp_path / "ref"), "--root", str(course)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (result["chapter"], result["score"], result["max_score"]) == ("step91_fake", 2, 2)
+    assert [(t["id"], t["passed"], t["total"], t["points"]) for t in result["tasks"]] == [
+        ("task91.add", 3, 3, 1), ("task91.triangle", 1, 1, 1)]
+    assert result["untagged"]["passed"] == 1
+
+
+def test_one_task_right_scores_one_point(course: Path, tmp_path: Path, capsys):
+    hw.start("step91", tmp_path / "hw", only={"task91.triangle"}, root=course)
+    assert hw.main(["check", "step91", "--dest", str(tmp_path / "hw"), "--root", str(course)]) == 0
+    out = capsys.readouterr().out
+    assert "score: 1/2" in out and "task91.triangle" in out and "FAILED" in out
+
+
+def test_an_infinite_loop_fails_its_test_within_the_timeout(course: Path, tmp_path: Path):
+    copy = hw.start("step91", tmp_path / "hw", only=set(), root=course)
+    mathy = copy / "mathy.py"
+    mathy.write_text(mathy.read_text().replace("for i in range(n):", "for i in iter(int, 1):"))
+    began = time.monotonic()
+    result = hw.check("step91", tmp_path / "hw", timeout=2, root=course)
+    assert time.monotonic() - began < 30
+    [failure] = result["failures"]
+    assert failure["outcome"] == "timeout" and failure["tasks"] == ["task91.triangle"]
+    assert "Timeout" in failure["message"]
+    assert result["score"] == 1  # the loop costs its own task only
+
+
+def test_a_copy_that_does_not_import_is_reported_and_scores_zero(course: Path, tmp_path: Path, capsys):
+    copy = hw.start("step91", tmp_path / "hw", only=set(), root=course)
+    (copy / "__init__.py").write_text("from .mathy import add\n")
+    (copy / "mathy.py").write_text("def add(a, b:\n    return a + b\n")
+    assert hw.main(["check", "step91", "--json", "--dest", str(tmp_path / "hw"), "--root", str(course)]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["score"] == 0 and result["max_score"] == 2
+    assert "SyntaxError" in result["error"] and "mathy.py" in result["error"]
+    assert len(result["error"].splitlines()) < 10  # a message, not a traceback wall
+
+
+def test_a_chapter_is_checked_against_the_reference_of_the_others(course: Path, tmp_path: Path):
+    """Stubs of step91 in the same homework folder must not break the grading of step92."""
+    hw.start("step91", tmp_path / "hw", root=course)
+    hw.start("step92", tmp_path / "hw", only=set(), root=course)
+    result = hw.check("step92", tmp_path / "hw", timeout=10, root=course)
+    assert (result["score"], result["max_score"]) == (1, 1)
+
+
+def test_check_without_a_copy_or_with_an_unknown_chapter_cannot_run(course: Path, tmp_path: Path, capsys):
+    assert hw.main(["check", "step91", "--dest", str(tmp_path / "none"), "--root", str(course)]) == 2
+    assert "homework start step91" in capsys.readouterr().err
+    assert hw.main(["start", "step99", "--dest", str(tmp_path / "hw"), "--root", str(course)]) == 2
+    assert "step91_fake, step92_uses" in capsys.readouterr().err
+
+
+def test_task_filter_and_unknown_tags(course: Path, tmp_path: Path):
+    (course / "tests" / "step91" / "test_typo.py").write_text(
+        'import pytest\n\n\n@pytest.mark.task("task91.ad")\ndef test_typo():\n    pass\n')
+    hw.start("step91", tmp_path / "hw", only=set(), root=course)
+    result = hw.check("step91", tmp_path / "hw", timeout=10, tasks=["task91.triangle"], root=course)
+    assert [t["id"] for t in result["tasks"]] == ["task91.triangle"] and result["max_score"] == 1
+    assert result["untagged"]["total"] == 0 and result["unknown_tasks"] == ["task91.ad"]
+
+
+def test_a_test_module_that_cannot_be_collected_zeroes_every_task(course: Path, tmp_path: Path):
+    (course / "tests" / "step91" / "test_broken.py").write_text("from step91_fake.mathy import gone\n")
+    hw.start("step91", tmp_path / "hw", only=set(), root=course)
+    result = hw.check("step91", tmp_path / "hw", timeout=10, root=course)
+    assert result["score"] == 0 and "gone" in result["collect_errors"][0]["message"]
+
+
+def test_an_import_that_loops_forever_is_reported(course: Path, tmp_path: Path):
+    copy = hw.start("step91", tmp_path / "hw", only=set(), root=course)
+    (copy / "__init__.py").write_text("while True:\n    pass\n")
+    run = hw.plan("step91", tmp_path / "hw", timeout=2, root=course)
+    run.import_timeout = 2
+    [result] = hw.execute([run])
+    assert result["score"] == 0 and "still running after" in result["error"]
+
+
+def test_grading_the_reference_instead_of_the_copy_fails_loudly(course: Path, tmp_path: Path, capsys):
+    """A conftest that re-imports the chapter from the course root must not go unnoticed."""
+    (course / "tests" / "step91" / "conftest.py").write_text(
+        "import sys\n\nfor name in [n for n in sys.modules if n.startswith('step91_fake')]:\n"
+        "    del sys.modules[name]\nimport step91_fake.mathy  # noqa: E402\n")
+    hw.start("step91", tmp_path / "hw", root=course)
+    assert hw.main(["check", "step91", "--dest", str(tmp_path / "hw"), "--root", str(course)]) == 2
+    assert "not graded against the copy" in capsys.readouterr().err
+
+
+def test_a_loop_that_blocks_the_timeout_signal_is_stopped_by_the_total_limit(course: Path, tmp_path: Path):
+    copy = hw.start("step91", tmp_path / "hw", only=set(), root=course)
+    mathy = copy / "mathy.py"
+    mathy.write_text(mathy.read_text().replace(
+        "total = a + b", "import signal\n    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+        "    while True:\n        pass"))
+    began = time.monotonic()
+    result = hw.check("step91", tmp_path / "hw", timeout=1, root=course, total_timeout=6)
+    assert time.monotonic() - began < 20
+    assert "time limit" in result["error"] and result["score"] == 0
+    first = result["failures"][0]
+    assert first["outcome"] == "failed" and "time limit" in first["message"]
+    assert any(f["message"].startswith("not run") for f in result["failures"])
+
+
+def test_a_test_process_that_dies_is_reported(course: Path, tmp_path: Path):
+    copy = hw.start("step91", tmp_path / "hw", only=set(), root=course)
+    mathy = copy / "mathy.py"
+    mathy.write_text(mathy.read_text().replace("total = a + b", "import os\n    os._exit(3)"))
+    result = hw.check("step91", tmp_path / "hw", timeout=10, root=course)
+    assert "died (exit code 3)" in result["error"] and result["score"] == 0

@@ -1,0 +1,77 @@
+"""Every homework task is gradable: its tests pass on the reference and fail when only it is stubbed.
+
+One worker process runs, for every chapter with markers, the reference and one copy per task with only
+that task stubbed (tagged tests only), so torch is imported once. Each task is its own test item.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from course import homework as hw
+
+CHAPTERS = sorted(p.name for p in hw.REPO_ROOT.glob("step0*_*") if (p / "__init__.py").is_file())
+TASKS = [(chapter, task) for chapter in CHAPTERS for task in hw.find_tasks(chapter)]
+
+
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, dict]:
+    """(chapter, None) -> the reference's run of all tagged tests; (chapter, task) -> the run of that task's
+    tests with only that task stubbed. Only chapters with a selected test item are run (`-k step01`)."""
+    selected = {item.callspec.params["chapter"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")}
+    base = tmp_path_factory.mktemp("proof")
+    keys, plans = [], []
+    for chapter in sorted(selected):
+        tasks = list(hw.find_tasks(chapter))
+        if not tasks or not hw.resolve_chapter(chapter)[1].is_dir():
+            continue  # no tasks: nothing to prove; no tests: every task fails below
+        for task in [None, *tasks]:
+            dest = base / f"{chapter}-{task or 'reference'}"
+            hw.start(chapter, dest, only=set() if task is None else {task})
+            keys.append((chapter, task))
+            plans.append(hw.plan(chapter, dest, timeout=60, tasks=tasks if task is None else [task]))
+    workers = max(1, min(2, os.cpu_count() or 1))
+    return dict(zip(keys, hw.execute(plans, total_timeout=600, workers=workers), strict=True))
+
+
+def _row(result: dict, task: str) -> dict:
+    return next(r for r in result["tasks"] if r["id"] == task)
+
+
+@pytest.mark.parametrize("chapter,task", TASKS, ids=[f"{c}:{t}" for c, t in TASKS])
+def test_task_is_gradable(chapter: str, task: str, runs: dict) -> None:
+    prefix = chapter.split("_")[0]
+    if (chapter, None) not in runs:
+        pytest.fail(f"{task} has no tests: tests/{prefix}/ does not exist")
+    reference = runs[(chapter, None)]
+    assert reference["error"] is None and not reference["collect_errors"], (
+        f"the reference of {chapter} did not run cleanly: {reference['error'] or reference['collect_errors']}")
+    ref = _row(reference, task)
+    assert ref["total"] >= 1, f"{task} has no test tagged @pytest.mark.task({task!r}) in tests/{prefix}/"
+    broken = [f for f in reference["failures"] if task in f["tasks"]]
+    assert ref["failed"] == ref["errors"] == 0, f"the reference fails tests of {task}: {broken}"
+    if ref["passed"] == 0:
+        pytest.skip(f"every test of {task} is skipped here")
+
+    for path in sorted((hw.REPO_ROOT / chapter).rglob("*.py")):
+        source = path.read_text()
+        stub = hw.make_stub(source, only={task}, chapter=chapter, filename=str(path))
+        assert hw.signatures(stub) == hw.signatures(source), f"stubbing {task} changed a signature in {path.name}"
+
+    run = runs[(chapter, task)]
+    stubbed = _row(run, task)
+    assert stubbed["total"] == ref["total"], (
+        f"with {task} stubbed, {stubbed['total']} of its {ref['total']} tests ran: "
+        f"{run['error'] or run['collect_errors']}")
+    assert stubbed["failed"] + stubbed["errors"] >= 1, (
+        f"every test of {task} passes with {task} stubbed out: its tests do not test it")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_tags_name_real_tasks(chapter: str, runs: dict) -> None:
+    if (chapter, None) not in runs:
+        pytest.skip(f"{chapter} has no homework markers or no tests folder")
+    unknown = runs[(chapter, None)]["unknown_tasks"]
+    assert not unknown, f"tests/{chapter.split('_')[0]}/ tags tasks that no marker defines: {unknown}"
