@@ -41,7 +41,8 @@ from typing import NamedTuple, TextIO
 
 import pytest
 
-from .paths import REPO_ROOT  # noqa: E402
+from .paths import REPO_ROOT
+
 DEFAULT_DEST = REPO_ROOT / "homework"
 RULE = "1 point per task whose tests all pass (at least one must pass; skips are neutral)"
 
