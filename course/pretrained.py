@@ -16,6 +16,7 @@ import torch
 
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
+from step01_kvcache.rope import RotaryEmbedding
 
 from .hf import from_hf_config, from_hf_state_dict
 from .paths import cache_dir
@@ -146,15 +147,15 @@ def load_model(path: str | Path | None = None, dtype: torch.dtype = torch.float3
         cfg, state = _hf_folder(source)
     else:
         raise FileNotFoundError(f"--model {source}: expected a .gguf file or a Hugging Face checkpoint folder")
-    with torch.device("meta"):
+    with torch.device("meta"):  # no time spent on a random init that the checkpoint overwrites
         model = Transformer(cfg)
-    model = model.to_empty(device=device)
-    model.rope.__init__(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)  # buffers were on meta
-    model.rope.to(device)
     if cfg.tie_word_embeddings:
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-    model.load_state_dict(state, strict=True)
-    return model.to(dtype).eval()
+    model.load_state_dict(state, strict=True, assign=True)
+    model = model.to(device=device, dtype=dtype)
+    # the cos/sin tables are not in checkpoints; build them after the cast so they stay fp32
+    model.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta).to(device)
+    return model.eval()
 
 
 def load_tokenizer(path: str | Path | None = None):
