@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 CHAPTERS := $(sort $(wildcard step0*_*))
 
-.PHONY: setup tour test test-fast lint clean
+.PHONY: setup tour test test-fast bench lint clean
 
 .venv/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -21,6 +21,14 @@ test: .venv/.installed
 
 test-fast: .venv/.installed
 	$(PY) -m pytest -q -m "not slow" tests
+
+# Every number in the READMEs' "Measured here" sections, one JSON line each (≈ 15 min on 2 idle cores).
+bench: .venv/.installed
+	$(PY) -m course bench step01 --json | tail -1
+	$(PY) -m course bench step02 --workload batch --json | tail -1
+	@for ch in step03 step04; do for w in short long seed003 diverge; do \
+	  $(PY) -m course bench $$ch --workload $$w --json | tail -1 || exit 1; \
+	done; done
 
 lint: .venv/.installed
 	.venv/bin/ruff check .

@@ -1,0 +1,67 @@
+"""Shared helpers for chapter 3's tests: hashed sequences driven by hand, and a checked engine run."""
+from __future__ import annotations
+
+import random
+
+from step01_kvcache.generate import SamplingParams
+from step03_prefix_hash import Engine, HashedSequence, PrefixCachingKVCacheManager
+
+
+def hseq(seq_id: int, tokens: list[int], block_size: int = 4, salt: str | None = None) -> HashedSequence:
+    return HashedSequence(seq_id, list(tokens), SamplingParams(max_new_tokens=64), block_size=block_size,
+                          cache_salt=salt)
+
+
+def admit(kv: PrefixCachingKVCacheManager, seq: HashedSequence) -> int:
+    """What the scheduler does on admission: look up, then allocate the rest of the prompt. Returns hit tokens."""
+    blocks, hit = kv.get_computed_blocks(seq)
+    assert kv.allocate_slots(seq, seq.num_tokens - hit, blocks, hit), "the pool was meant to be large enough"
+    return hit
+
+
+def compute(kv: PrefixCachingKVCacheManager, seq: HashedSequence, upto: int | None = None) -> None:
+    """What a forward does: K/V of tokens up to `upto` now exist; the manager publishes full blocks."""
+    seq.num_computed_tokens = seq.num_tokens if upto is None else upto
+    kv.on_computed(seq)
+
+
+def snapshot(kv: PrefixCachingKVCacheManager):
+    bm = kv.block_manager
+    return list(bm.ref_count), list(bm.free_blocks), dict(bm.cached), [list(s.block_table) for s in kv.holders.values()]
+
+
+def shared_prefix_prompts(n: int, seed: int, block_size: int = 4, vocab: int = 256) -> list[list[int]]:
+    """Ragged prompts drawn from a few shared stems (ending on and off block boundaries), plus exact repeats."""
+    rng = random.Random(seed)
+    stems = [[rng.randrange(vocab) for _ in range(k)] for k in (3 * block_size, 5 * block_size + 2, 7)]
+    prompts = []
+    for _ in range(n):
+        if prompts and rng.random() < 0.2:
+            prompts.append(list(rng.choice(prompts)))  # an exact repeat: a full hit, the last token recomputed
+        else:
+            stem = rng.choice(stems)
+            prompts.append(stem[: rng.randint(1, len(stem))] + [rng.randrange(vocab) for _ in range(rng.randint(0, 9))])
+    return prompts
+
+
+def run_checked(engine: Engine, prompts, params, salts=None) -> list:
+    """Drive the engine step by step with invariants after every step; then it must hold no block: every block
+    in the free queue with ref count 0 (cached ones included)."""
+    salts = salts or [None] * len(prompts)
+    ps = params if isinstance(params, list) else [params] * len(prompts)
+    ids = [engine.add_request(p, sp, cache_salt=s) for p, sp, s in zip(prompts, ps, salts)]
+    done = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            done[out.seq_id] = out
+        engine.check_invariants()
+    assert_drained(engine)
+    return [done[i] for i in ids]
+
+
+def assert_drained(engine: Engine) -> None:
+    bm = engine.kv.block_manager
+    assert not engine.kv.holders
+    assert all(c == 0 for c in bm.ref_count), "a drained engine still holds blocks"
+    assert sorted(bm.free_blocks) == list(range(engine.config.num_blocks)), "a block is missing from the free queue"
+    engine.check_invariants()

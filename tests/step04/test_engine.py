@@ -1,0 +1,266 @@
+"""The radix engine: cache on == cache off == step01, token for token, on shared-prefix prompts, under memory
+pressure (eviction and preemption) and on every course workload; requests share by locking a node; a drained
+engine holds no lock and leaks no slot."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from course.tiny import tiny_model
+from course.workloads import WORKLOADS, get_workload, reusable_tokens
+from step01_kvcache.generate import SamplingParams, generate
+from step02_paged import EngineConfig, KVCacheManager
+from step04_radix import RadixEngine, RadixEngineConfig, RadixKVCacheManager
+
+
+def run_checked(engine: RadixEngine, prompts, params) -> list:
+    """Drive step by step with invariants after every step; check the drained engine (no locks, no leak)."""
+    ids = [engine.add_request(p, params) for p in prompts]
+    done = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            done[out.seq_id] = out
+        engine.check_invariants()
+    tree = engine.tree
+    if tree is not None:
+        assert tree.protected_size == 0 and all(n.lock_ref == 0 for n in tree.nodes())
+        assert engine.kv.block_manager.num_free + tree.total_size == engine.config.num_slots
+    else:
+        assert engine.kv.block_manager.num_free == engine.config.num_slots
+    return [done[i] for i in ids]
+
+
+def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
+    """Prompts that share random-length prefixes of one stem, then diverge."""
+    rng = random.Random(seed)
+    base = [rng.randrange(256) for _ in range(stem)]
+    return [base[: rng.randint(0, stem)] + [rng.randrange(256) for _ in range(rng.randint(1, 25))] for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=5)
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    prompts = shared_prompts(8, seed=1) + [[3], [3, 4]]
+    params = SamplingParams(max_new_tokens=8)
+    return prompts, params, [generate(model, p, params) for p in prompts]
+
+
+def config(**kw) -> RadixEngineConfig:
+    return RadixEngineConfig(**{"num_blocks": 4096, "max_num_seqs": 4, "max_num_batched_tokens": 32, **kw})
+
+
+TREE_TASKS = [pytest.mark.task("task4.match"), pytest.mark.task("task4.insert"), pytest.mark.task("task4.lock")]
+
+
+@pytest.mark.parametrize("on", [pytest.param(True, marks=TREE_TASKS, id="on"), pytest.param(False, id="off")])
+@pytest.mark.parametrize("chunked", [True, False])
+def test_cache_on_and_off_match_step01_twice(model, reference, on, chunked):
+    prompts, params, expected = reference
+    engine = RadixEngine(model, config(enable_radix_cache=on, enable_chunked_prefill=chunked,
+                                       max_num_batched_tokens=32 if chunked else 256))
+    for round_ in range(2):
+        outs = run_checked(engine, prompts, params)
+        assert [o.output_ids for o in outs] == expected, f"round {round_}"
+    if on:
+        assert [o.num_cached_tokens for o in outs] == [len(p) - 1 for p in prompts], \
+            "round 2 hits every prompt token but the last (its logits must be computed)"
+
+
+@pytest.mark.task("task4.match")
+def test_full_hit_recomputes_only_the_last_token(model):
+    engine = RadixEngine(model, config())
+    prompt = list(range(30))
+    first = run_checked(engine, [prompt], SamplingParams(max_new_tokens=5))[0]
+    sid = engine.add_request(prompt, SamplingParams(max_new_tokens=5))
+    engine.step()
+    seq = engine.seqs[sid]
+    assert engine.last_scheduled == [(sid, 1)], "one token (the last of the prompt) is computed"
+    assert seq.cache_protected_len == 30 and engine.tree.depth(seq.last_node) == 30
+    while engine.has_unfinished():
+        out = engine.step()
+    assert out[0].output_ids == first.output_ids and out[0].num_cached_tokens == 29
+
+
+@pytest.mark.task("task4.insert")
+@pytest.mark.task("task4.lock")
+def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
+    """cache_unfinished_req: each finished chunk joins the tree, so a request admitted meanwhile reuses it."""
+    engine = RadixEngine(model, config(max_num_batched_tokens=16))
+    stem = list(range(100, 148))
+    a = engine.add_request(stem + [1, 2], SamplingParams(max_new_tokens=4))
+    engine.step()
+    engine.step()  # a has computed 32 tokens, all in the tree, locked by a alone
+    seq_a = engine.seqs[a]
+    assert seq_a.cache_protected_len == 32 and engine.tree.protected_size == 32
+    b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
+    outs = {}
+    while engine.has_unfinished():
+        outs.update((o.seq_id, o) for o in engine.step())
+        engine.check_invariants()
+    assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens computed by a's chunks"
+    assert outs[b].output_ids == generate(model, stem + [9], SamplingParams(max_new_tokens=4))
+
+
+def test_shared_prefix_is_held_once(model):
+    prompts = [list(range(60)) + [200 + i] for i in range(4)]
+    params = SamplingParams(max_new_tokens=3)
+    peaks = {}
+    for on in (False, True):
+        engine = RadixEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256))
+        run_checked(engine, prompts[:1], params)  # warm the cache with the stem
+        engine.stats.peak_blocks = 0
+        run_checked(engine, prompts, params)
+        peaks[on] = engine.stats.peak_blocks
+    assert peaks[True] < peaks[False] / 2, peaks  # the 60 stem tokens: one locked copy instead of one per request
+
+
+@pytest.mark.task("task4.evict")
+@pytest.mark.parametrize("slots", [90, 130])
+def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, slots):
+    prompts, params, expected = reference
+    engine = RadixEngine(model, config(num_blocks=slots, max_num_seqs=4))
+    for _ in range(2):
+        outs = run_checked(engine, prompts, params)
+        assert [o.output_ids for o in outs] == expected
+    assert engine.kv.num_evicted_tokens > 0, "the pool was meant to be too small to keep everything cached"
+    if slots == 90:
+        assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to force preemption"
+
+
+def test_abort_unlocks_and_keeps_the_computed_tokens(model):
+    engine = RadixEngine(model, config(max_num_batched_tokens=8))
+    prompt = list(range(40))
+    sid = engine.add_request(prompt, SamplingParams(max_new_tokens=4))
+    engine.step()
+    engine.step()
+    assert engine.tree.protected_size == 16
+    out = engine.abort(sid)
+    assert out.aborted and engine.tree.protected_size == 0 and engine.tree.total_size == 16
+    engine.check_invariants()
+    again = run_checked(engine, [prompt], SamplingParams(max_new_tokens=4))[0]
+    assert again.num_cached_tokens == 16
+    assert again.output_ids == generate(model, prompt, SamplingParams(max_new_tokens=4))
+    waiting = engine.add_request(prompt, SamplingParams(max_new_tokens=4))
+    engine.abort(waiting)  # never admitted: nothing to give back
+    engine.check_invariants()
+
+
+def test_reset_cache_only_when_drained(model):
+    engine = RadixEngine(model, config())
+    run_checked(engine, [list(range(20))], SamplingParams(max_new_tokens=2))
+    engine.add_request(list(range(20)), SamplingParams(max_new_tokens=2))
+    engine.step()
+    with pytest.raises(ValueError, match="drained"):
+        engine.kv.reset_cache()
+    while engine.has_unfinished():
+        engine.step()
+    engine.kv.reset_cache()
+    assert engine.tree.total_size == 0 and engine.kv.block_manager.num_free == engine.config.num_slots
+    engine.check_invariants()
+
+
+def test_cache_off_is_plain_paging_with_one_token_slots(model):
+    engine = RadixEngine(model, config(enable_radix_cache=False))
+    assert engine.tree is None and type(engine.kv) is KVCacheManager and engine.kv.block_size == 1
+    assert isinstance(RadixEngine(model, config()).kv, RadixKVCacheManager)
+
+
+def test_bad_configuration_and_input_are_rejected(model):
+    with pytest.raises(ValueError, match="block_size must be 1"):
+        RadixEngineConfig(block_size=16)
+    with pytest.raises(TypeError, match="RadixEngineConfig"):
+        RadixEngine(model, EngineConfig())
+    engine = RadixEngine(model, config(num_blocks=16))
+    with pytest.raises(ValueError, match="pool has only 16"):
+        engine.add_request(list(range(15)), SamplingParams(max_new_tokens=4))
+    with pytest.raises(ValueError, match="empty prompt"):
+        engine.add_request([], SamplingParams())
+    assert not engine.has_unfinished()
+    engine.check_invariants()
+
+
+def test_occupancy_map_and_dot_show_owners(model):
+    engine = RadixEngine(model, config(num_blocks=64, max_num_batched_tokens=8))
+    run_checked(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
+    sid = engine.add_request(list(range(6)) + [99] * 6, SamplingParams(max_new_tokens=4))
+    engine.step()  # prefill (6 tokens from the tree + 6 computed): all 12 now in the tree, locked
+    engine.step()  # one decode: its slot is private
+    occ = engine.kv.occupancy_map()
+    assert occ.count("*") == 12 and occ.count(str(sid)) == 1, occ
+    assert occ.count("-") == 11 - 6, "the first request's unshared tokens: cached, evictable"
+    dot = engine.kv.to_dot()
+    assert f'"seq{sid}" -> "n' in dot and "last_node" in dot
+
+
+# ---- every course workload, tiny model, real tokens ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def wide_model():
+    """A tiny model that accepts the real tokenizer's ids and long prompts."""
+    return tiny_model(seed=7, vocab_size=49152, max_position_embeddings=4096, num_layers=1, hidden_size=32,
+                      intermediate_size=32, head_dim=8)
+
+
+@pytest.fixture(scope="module")
+def workload_prompts(tokenizer):
+    return {name: get_workload(name) for name in WORKLOADS}, tokenizer
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_every_workload_cache_on_equals_off(wide_model, workload_prompts, name):
+    """Sequential pass over every round (exact hits = what an ideal token cache reuses) and one concurrent
+    round (sharing while requests run): the same tokens with the cache on and off."""
+    workloads, tok = workload_prompts
+    workload = workloads[name]
+    prompts = workload.prompts(tok)
+    every_round = prompts * workload.rounds
+    params = SamplingParams(max_new_tokens=3)
+    slots = sum(len(p) + 3 for p in prompts) + 64
+    results = {}
+    for on in (False, True):
+        engine = RadixEngine(wide_model, config(num_blocks=slots, max_num_seqs=8, max_num_batched_tokens=512,
+                                                enable_radix_cache=on))
+        sequential = [run_checked(engine, [p], params)[0] for p in every_round]
+        concurrent = run_checked(RadixEngine(wide_model, engine.config), prompts, params)
+        results[on] = sequential, concurrent
+    (seq_off, con_off), (seq_on, con_on) = results[False], results[True]
+    assert [o.output_ids for o in seq_on] == [o.output_ids for o in seq_off]
+    assert [o.output_ids for o in con_on] == [o.output_ids for o in con_off]
+    ideal = [min(r, len(p) - 1) for r, p in zip(reusable_tokens(every_round), every_round)]
+    assert [o.num_cached_tokens for o in seq_on] == ideal, "the tree reuses every shared token"
+    if name == "diverge":
+        assert ideal[1:] == [71, 71, 71]
+
+
+# ---- the real model -----------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_real_model_bench_short_and_diverge():
+    """The chapter's bench on the real model: outputs identical with the cache off and on; diverge reuses
+    all 71 shared tokens (16 * 4 + 7: a 16-token block hash would stop at 64); no lock left behind."""
+    import argparse
+
+    from step04_radix.bench import bench_step04
+
+    for name in ("short", "diverge"):
+        r = bench_step04(argparse.Namespace(workload=name, model=None, max_new_tokens=4, repeats=1))
+        assert r["outputs_identical"] and r["locks_after"] == 0, r
+        assert r["kv_peak_bytes_on"] < r["kv_peak_bytes_off"], r
+        if name == "diverge":
+            assert r["cached_tokens"] == 3 * 71 and r["request_hit_rate_per_round"] == [0.75], r
+        else:
+            assert r["hit_rate"] > 0.5, r
+
+
+@pytest.mark.slow
+def test_demo_answer_only_matches_step01(capsys):
+    from step01_kvcache.__main__ import main as step01_main
+    from step04_radix.__main__ import main as step04_main
+
+    assert step01_main(["--answer-only", "--max-new-tokens", "12"]) == 0
+    theirs = capsys.readouterr().out
+    assert step04_main(["--answer-only", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == theirs and theirs.strip()
