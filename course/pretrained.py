@@ -149,11 +149,10 @@ def load_model(path: str | Path | None = None, dtype: torch.dtype = torch.float3
         raise FileNotFoundError(f"--model {source}: expected a .gguf file or a Hugging Face checkpoint folder")
     with torch.device("meta"):  # no time spent on a random init that the checkpoint overwrites
         model = Transformer(cfg)
-    if cfg.tie_word_embeddings:
-        state = {k: v for k, v in state.items() if k != "lm_head.weight"}
+    state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()
+             if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
     model.load_state_dict(state, strict=True, assign=True)
-    model = model.to(device=device, dtype=dtype)
-    # the cos/sin tables are not in checkpoints; build them after the cast so they stay fp32
+    # the cos/sin tables are not in checkpoints (and stay fp32 whatever the weights' dtype)
     model.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta).to(device)
     return model.eval()
 
