@@ -20,7 +20,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     """(chapter, None) -> the reference's run of all tagged tests; (chapter, task) -> the run of that task's
     tests with only that task stubbed. Only chapters with a selected test item are run (`-k step01`)."""
     selected = {item.callspec.params["chapter"] for item in request.session.items
-                if item.module is request.module and hasattr(item, "callspec")}
+                if getattr(item, "module", None) is request.module and hasattr(item, "callspec")}
     base = tmp_path_factory.mktemp("proof")
     keys, plans = [], []
     for chapter in sorted(selected):
