@@ -9,8 +9,8 @@ carries it to every later block (vLLM does the same with `cache_salt`).
 
 SHA-256 over a compact byte encoding, not Python's `hash()` of a tuple: `hash()` is 64 bits, not
 collision-resistant (prompts can be crafted to collide, and a collision silently serves another prompt's
-K/V), and `hash()` of strings changes from process to process. SHA-256 costs about a microsecond per
-16-token block here (the bench reports it per token), small next to the prefill it saves.
+K/V), and `hash()` of strings changes from process to process. SHA-256 costs a few microseconds per
+16-token block here (the bench reports it per token), nothing next to the prefill it saves.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from course.draw import Dot
 from step02_paged.kv_cache_manager import KVCacheManager
 from step02_paged.sequence import Sequence
 
-from .block_hash import BlockHash, block_extra_keys, short_hash
+from .block_hash import NONE_HASH, BlockHash, block_extra_keys, short_hash
 from .block_manager import CacheEntry, PrefixCachingBlockManager
 from .sequence import HashedSequence
 
@@ -177,14 +177,14 @@ class PrefixCachingKVCacheManager(KVCacheManager):
         lru = {b: i for i, b in enumerate(bm.free_blocks)}
         cached_free = [b for b in bm.free_blocks if bm.entries[b] is not None]
         dot = Dot(name, rankdir="LR", nodesep="0.12", ranksep="0.35")
-        dot.node("root", f"root\n#{short_hash(None)}", shape="circle", fillcolor="#ffffff")
+        dot.node("root", f"root\nNONE_HASH\n#{short_hash(NONE_HASH)}\n", shape="ellipse", fillcolor="#ffffff")
         for b, entry in enumerate(bm.entries):
             if entry is None:
                 continue
             ref = bm.ref_count[b]
             color = "#e8eaed" if ref == 0 else ("#fde293" if ref > 1 else "#ceead6")
             first_out = bool(cached_free) and b == cached_free[0]
-            dot.node(f"b{b}", "\n".join(self._describe(b, lru, decode, width)), fillcolor=color,
+            dot.node(f"b{b}", "\n".join(self._describe(b, lru, decode, width)) + "\n", fillcolor=color,
                      color="#d93025" if first_out else None, penwidth=2 if first_out else None)
         gone: set[BlockHash] = set()
         for b, entry in enumerate(bm.entries):
@@ -197,12 +197,12 @@ class PrefixCachingKVCacheManager(KVCacheManager):
             else:  # its parent was evicted: unreachable (lookups stop at the first miss) until evicted too
                 if entry.parent not in gone:
                     gone.add(entry.parent)
-                    dot.node(f"gone{short_hash(entry.parent)}", f"evicted\n#{short_hash(entry.parent)}",
+                    dot.node(f"gone{short_hash(entry.parent)}", f"evicted\n#{short_hash(entry.parent)}\n",
                              style="dashed")
                 dot.edge(f"gone{short_hash(entry.parent)}", f"b{b}", style="dashed")
         for seq in sorted(self.holders.values(), key=lambda s: s.seq_id):
             deepest = next((b for b in reversed(seq.block_table) if bm.entries[b] is not None), None)
-            dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\n{seq.num_computed_tokens}/{seq.num_tokens} tok",
+            dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\n{seq.num_computed_tokens}/{seq.num_tokens} tok\n",
                      shape="box", fillcolor="#e8f0fe")
             if deepest is not None:
                 dot.edge(f"seq{seq.seq_id}", f"b{deepest}", style="dashed", constraint="false")
@@ -210,7 +210,7 @@ class PrefixCachingKVCacheManager(KVCacheManager):
         shown = "|".join(str(b) + ("*" if bm.entries[b] is not None else "") for b in queue[:24])
         more = f"|+{len(queue) - 24}" if len(queue) > 24 else ""
         dot.raw(f'"lru" [shape=record, style="filled", fillcolor="#f1f3f4", '
-                f'label="LRU free queue\\n(evict first, * = cached)|{shown or "empty"}{more}"];')
+                f'label="{{LRU free queue\\n(evict first, * = cached)|{shown or "empty"}{more}}}"];')
         return dot.source()
 
     def to_text(self, decode: Decode | None = None, width: int = 48) -> str:
