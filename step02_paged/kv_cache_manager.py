@@ -54,7 +54,9 @@ class KVCacheManager:
         if computed_blocks:
             self._share(computed_blocks)
             seq.block_table = list(computed_blocks)
-            seq.num_computed_tokens = seq.num_cached_tokens = num_computed_tokens
+            seq.num_computed_tokens = num_computed_tokens
+            if not seq.num_preemptions:  # a recompute's own blocks found again are not prompt-cache hits
+                seq.num_cached_tokens = num_computed_tokens
         seq.block_table += self.block_manager.allocate(need)
         self.holders[seq.seq_id] = seq
         return True

@@ -8,6 +8,7 @@ import pytest
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import Engine, EngineConfig
+from tests.driver import drive_checked
 
 
 def ragged_prompts(n: int, seed: int, lo: int = 1, hi: int = 200) -> list[list[int]]:
@@ -17,14 +18,9 @@ def ragged_prompts(n: int, seed: int, lo: int = 1, hi: int = 200) -> list[list[i
 
 def run_checked(engine: Engine, prompts, params) -> list:
     """Drive the engine step by step, checking invariants after every step; then check it drained."""
-    ids = [engine.add_request(p, params) for p in prompts]
-    done = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            done[out.seq_id] = out
-        engine.check_invariants()
+    outs = drive_checked(engine, prompts, params)
     assert engine.kv.block_manager.num_free == engine.config.num_blocks, "drained engine leaked blocks"
-    return [done[i] for i in ids]
+    return outs
 
 
 @pytest.fixture(scope="module")

@@ -12,23 +12,19 @@ from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import EngineConfig, KVCacheManager
 from step04_radix import RadixEngine, RadixEngineConfig, RadixKVCacheManager
+from tests.driver import drive_checked
 
 
 def run_checked(engine: RadixEngine, prompts, params) -> list:
     """Drive step by step with invariants after every step; check the drained engine (no locks, no leak)."""
-    ids = [engine.add_request(p, params) for p in prompts]
-    done = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            done[out.seq_id] = out
-        engine.check_invariants()
+    outs = drive_checked(engine, prompts, params)
     tree = engine.tree
     if tree is not None:
         assert tree.protected_size == 0 and all(n.lock_ref == 0 for n in tree.nodes())
         assert engine.kv.block_manager.num_free + tree.total_size == engine.config.num_slots
     else:
         assert engine.kv.block_manager.num_free == engine.config.num_slots
-    return [done[i] for i in ids]
+    return outs
 
 
 def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
