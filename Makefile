@@ -22,13 +22,16 @@ test: .venv/.installed
 test-fast: .venv/.installed
 	$(PY) -m pytest -q -m "not slow" tests
 
-# Every number in the READMEs' "Measured here" sections, one JSON line each (≈ 15 min on 2 idle cores).
+# Every number in the READMEs' "Measured here" sections, one JSON line each (about an hour on 2 idle cores:
+# the `long` workload prefills 2k-token prompts with the cache off).
 bench: .venv/.installed
 	$(PY) -m course bench step01 --json | tail -1
 	$(PY) -m course bench step02 --workload batch --json | tail -1
-	@for ch in step03 step04; do for w in short long seed003 diverge; do \
+	@for ch in step03 step04 step05; do for w in short long seed003 diverge; do \
 	  $(PY) -m course bench $$ch --workload $$w --json | tail -1 || exit 1; \
 	done; done
+	$(PY) -m step04_radix.bench --workloads diverge short | tail -1
+	$(PY) -m step05_bridge.bench | tail -1
 
 lint: .venv/.installed
 	.venv/bin/ruff check .

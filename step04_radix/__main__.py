@@ -69,7 +69,7 @@ def run_workload(engine: RadixEngine, name: str, params: SamplingParams, decode)
         if start == BATCH:
             print(f"\nwhile requests {start}-{start + len(batch) - 1} run, their prefixes are locked "
                   f"(lock_ref = how many of them use a node):")
-            print(engine.tree.to_text(decode))
+            print(engine.kv.to_text(decode))
             print()
         while engine.has_unfinished():
             done.update((o.seq_id, o) for o in engine.step())
@@ -82,7 +82,7 @@ def run_workload(engine: RadixEngine, name: str, params: SamplingParams, decode)
                   f"({out.num_cached_tokens / len(out.prompt_ids):5.1%})  {text[:60]!r}")
     tree = engine.tree
     print(f"hit rate {cached}/{total} = {cached / total:.1%}; tree: {tree.num_nodes} nodes, {tree.total_size} tokens, "
-          f"{tree.protected_size} locked, {engine.kv.num_evicted_tokens} evicted")
+          f"{tree.protected_size} locked, {engine.kv.num_evicted} evicted")
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ def bench_step04(args: argparse.Namespace) -> dict:
     result.update(hit_rate_per_round=[round(sum(c for *_, c in r) / sum(n for _, n, _ in r), 4) for r in rounds],
                   request_hit_rate_per_round=[round(sum(c > 0 for *_, c in r) / len(r), 3) for r in rounds])
     result.update(pool_slots=slots, tree_nodes=sequential.tree.num_nodes, tree_tokens=sequential.tree.total_size,
-                  evicted_tokens=sequential.kv.num_evicted_tokens,
+                  evicted_tokens=sequential.kv.num_evicted,
                   locks_after=sum(e.tree.protected_size for e in on_engines))
     result.update(bookkeeping_bench())
     return result

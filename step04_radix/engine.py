@@ -37,15 +37,18 @@ class RadixEngineConfig(EngineConfig):
 
 
 class RadixEngine(Engine):
+    cache_class = RadixKVCacheManager  # chapter 5 swaps in its block-level bridge
+
     def __init__(self, model, config: RadixEngineConfig = RadixEngineConfig()) -> None:
         if not isinstance(config, RadixEngineConfig):
             raise TypeError(f"RadixEngine needs a RadixEngineConfig, got {type(config).__name__}")
         super().__init__(model, config)
 
     def _make_kv_cache_manager(self) -> KVCacheManager:
-        if self.config.enable_radix_cache:
-            return RadixKVCacheManager(self.config.num_slots)
-        return KVCacheManager(self.config.num_slots, block_size=1)
+        cfg = self.config
+        if cfg.enable_radix_cache:
+            return self.cache_class(cfg.num_blocks, cfg.block_size)
+        return KVCacheManager(cfg.num_blocks, cfg.block_size)
 
     def _make_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> RadixSequence:
         return RadixSequence(seq_id, prompt_ids, params)
@@ -62,5 +65,5 @@ class RadixEngine(Engine):
                 f"waiting sequence {seq.seq_id} still locks the tree"
         if not self.has_unfinished() and self.tree is not None:
             assert self.tree.protected_size == 0, "a drained engine still holds tree locks"
-            assert self.kv.block_manager.num_free + self.tree.total_size == self.config.num_slots, \
-                "a drained engine leaked slots: free + cached != pool"
+            assert self.kv.block_manager.num_free + len(self.tree.all_slots()) == self.config.num_blocks, \
+                f"a drained engine leaked {self.tree.value_name}: free + cached != pool"

@@ -26,7 +26,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from course.draw import Dot
-from step02_paged.kv_cache_manager import KVCacheManager
+from step02_paged.kv_cache_manager import KVCacheManager, cdiv
 from step02_paged.sequence import Sequence
 
 from .radix_tree import Decode, RadixTree, TreeNode
@@ -44,20 +44,26 @@ class RadixSequence(Sequence):
 class RadixKVCacheManager(KVCacheManager):
     """A slot pool (block_size 1) whose finished and in-flight prefixes live in a RadixTree."""
 
-    def __init__(self, num_slots: int) -> None:
-        super().__init__(num_slots, block_size=1)
-        self.tree = RadixTree()
+    def __init__(self, num_slots: int, block_size: int = 1) -> None:
+        super().__init__(num_slots, block_size)
+        self.tree = self._make_tree()
         self._matched: dict[int, TreeNode] = {}  # seq_id -> node found by get_computed_blocks, not locked yet
-        self.num_evicted_tokens = 0
+        self.num_evicted = 0  # slots (blocks, in chapter 5) taken back from the tree under memory pressure
         # the latest admissions, (seq_id, prompt tokens, of them cached), for hit rates per request and round
         self.admissions: deque[tuple[int, int, int]] = deque(maxlen=4096)
+
+    def _make_tree(self) -> RadixTree:
+        if self.block_size != 1:
+            raise ValueError(f"the radix cache stores one token per slot: block_size must be 1, got "
+                             f"{self.block_size} (chapter 5 bridges a token tree to bigger blocks)")
+        return RadixTree()
 
     # ---- admission ---------------------------------------------------------------------------------------
     def get_computed_blocks(self, seq: RadixSequence) -> tuple[list[int], int]:
         """The cached slots of the sequence's prefix, leaving at least its last token to compute."""
         slots, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
         self._matched[seq.seq_id] = node
-        return slots, len(slots)
+        return slots, len(slots) * self.block_size
 
     def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, computed_blocks: list[int] = (),
                        num_computed_tokens: int = 0) -> bool:
@@ -69,11 +75,12 @@ class RadixKVCacheManager(KVCacheManager):
             matched = self._matched.pop(seq.seq_id, self.tree.root)
             if computed_blocks:
                 node = matched
-                if len(computed_blocks) != num_computed_tokens or list(computed_blocks) != self.tree.prefix_slots(node):
+                if (len(computed_blocks) * self.block_size != num_computed_tokens
+                        or list(computed_blocks) != self.tree.prefix_slots(node)):
                     raise ValueError("computed_blocks must be what get_computed_blocks just returned")
             self.tree.inc_lock_ref(node)
         done = num_computed_tokens if computed_blocks else seq.num_computed_tokens
-        need = done + num_new_tokens - len(seq.block_table) - len(computed_blocks)
+        need = cdiv(done + num_new_tokens, self.block_size) - len(seq.block_table) - len(computed_blocks)
         short = need - self.block_manager.num_free
         if short > 0:
             self.evict(short)
@@ -82,8 +89,7 @@ class RadixKVCacheManager(KVCacheManager):
                 self.tree.dec_lock_ref(node)
             return False
         if admitting:
-            seq.last_node, seq.cache_protected_len = node, len(computed_blocks)
-            seq.num_cached_tokens = min(len(computed_blocks), seq.num_prompt_tokens)
+            seq.last_node, seq.cache_protected_len = node, self.tree.depth(node)
             seq.num_prefill_tokens = seq.num_tokens
             self.admissions.append((seq.seq_id, seq.num_prompt_tokens, seq.num_cached_tokens))
         return True
@@ -95,7 +101,7 @@ class RadixKVCacheManager(KVCacheManager):
         """Free at least `num_tokens` slots from unlocked leaves, least recently used first (fewer if the
         tree has fewer evictable tokens). Returns the number freed."""
         freed = self.tree.evict(num_tokens, self.block_manager.release)
-        self.num_evicted_tokens += freed
+        self.num_evicted += freed
         return freed
 
     # ---- caching computed tokens -------------------------------------------------------------------------
@@ -118,11 +124,15 @@ class RadixKVCacheManager(KVCacheManager):
         """Give the computed prefix to the tree and keep using it through a lock on its last node."""
         n = self._insert(seq)
         slots, node = self.tree.match_prefix(seq.all_token_ids[:n])
-        assert len(slots) == n, "the tokens just inserted must match in full"
-        seq.block_table[:n] = slots
+        assert len(slots) == self.tree._span(0, n), "the tokens just inserted must match in full"
+        self._use_tree_values(seq, slots)
         self.tree.inc_lock_ref(node)
         self.tree.dec_lock_ref(seq.last_node)
         seq.last_node, seq.cache_protected_len = node, n
+
+    def _use_tree_values(self, seq: RadixSequence, slots: list[int]) -> None:
+        """Point the block table's head at the tree's slots (`_insert` already freed the private duplicates)."""
+        seq.block_table[: len(slots)] = slots
 
     def cache_finished_req(self, seq: RadixSequence) -> None:
         """Give every computed token to the tree, free the rest, and unlock."""
@@ -148,7 +158,8 @@ class RadixKVCacheManager(KVCacheManager):
 
     # ---- accounting --------------------------------------------------------------------------------------
     def private_slots(self, seq: RadixSequence) -> list[int]:
-        return seq.block_table[seq.cache_protected_len:]
+        """The part of the block table that is the request's own, after the tree's part."""
+        return seq.block_table[self.tree._span(0, seq.cache_protected_len):]
 
     def expected_ref_counts(self) -> Counter:
         """One count per owner: the tree for its slots, a request for its private slots."""
@@ -167,31 +178,37 @@ class RadixKVCacheManager(KVCacheManager):
         return private + self.tree.protected_size, filled + self.tree.protected_size
 
     def check_invariants(self) -> None:
-        """Step02's checks (ref counts = owners), the tree's, and the ownership model: every slot is owned by
-        exactly one of the tree, one request, or the free list; each lock_ref counts the requests under it."""
+        """Step02's checks (every ref_count equals `expected_ref_counts`), the tree's, each request's place in
+        the tree, each lock_ref counting the requests under it, then the ownership model."""
         self.tree.check_invariants()
         super().check_invariants()
         tree = self.tree
-        owned: Counter = Counter(tree.all_slots())
         locks: Counter = Counter()
         for seq in self.holders.values():
             node = seq.last_node
             assert node is not None and tree.contains(node), f"sequence {seq.seq_id} holds no node of the tree"
             assert seq.cache_protected_len == tree.depth(node), \
                 f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
-            assert seq.block_table[: seq.cache_protected_len] == tree.prefix_slots(node), \
-                f"sequence {seq.seq_id}: block table does not start with the tree's slots of its prefix"
+            assert seq.block_table[: tree._span(0, seq.cache_protected_len)] == tree.prefix_slots(node), \
+                f"sequence {seq.seq_id}: block table does not start with the tree's {tree.value_name} of its prefix"
             assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
                 f"sequence {seq.seq_id}: its last_node's path is not its own prefix"
-            owned.update(self.private_slots(seq))
             locks.update(n.id for n in tree.path(node))
+        for node in tree.nodes():
+            assert node.lock_ref == locks.get(node.id, 0), \
+                f"{node!r}: lock_ref {node.lock_ref} but {locks.get(node.id, 0)} live requests lock it"
+        self._check_ownership()
+
+    def _check_ownership(self) -> None:
+        """SGLang's single-owner model: every slot is owned by exactly one of the tree, one request (its
+        private slots) or the free list."""
+        owned: Counter = Counter(self.tree.all_slots())
+        for seq in self.holders.values():
+            owned.update(self.private_slots(seq))
         free = set(self.block_manager.free_blocks)
         for slot in range(self.num_blocks):
             owners = owned.get(slot, 0) + (slot in free)
             assert owners == 1, f"slot {slot} has {owners} owners among the tree, the requests and the free list"
-        for node in tree.nodes():
-            assert node.lock_ref == locks.get(node.id, 0), \
-                f"{node!r}: lock_ref {node.lock_ref} but {locks.get(node.id, 0)} live requests lock it"
 
     def occupancy_map(self) -> str:
         """One character per slot: a request's id (mod 36) for its private slots, '*' for locked tree slots,
@@ -205,6 +222,16 @@ class RadixKVCacheManager(KVCacheManager):
             for s in self.private_slots(seq):
                 cells[s] = digits[seq.seq_id % 36]
         return "".join(cells)
+
+    def to_text(self, decode: Decode | None = None) -> str:
+        """The tree as indented text, then one line per live request: the node it locks and what it holds."""
+        lines = [self.tree.to_text(decode)]
+        lines += [self._describe(seq) for seq in sorted(self.holders.values(), key=lambda s: s.seq_id)]
+        return "\n".join(lines)
+
+    def _describe(self, seq: RadixSequence) -> str:
+        return (f"seq {seq.seq_id}: locks node #{seq.last_node.id} ({seq.cache_protected_len} tokens in the tree), "
+                f"{len(self.private_slots(seq))} private {self.tree.value_name}")
 
     def to_dot(self, decode: Decode | None = None, name: str = "radix_cache") -> str:
         """The tree, plus one box per live request pointing at the node it locks."""

@@ -72,8 +72,15 @@ def _as_list(xs: Sequence[int]) -> list[int]:
 class RadixTree:
     """Token-level radix tree with lock counts, size accounting and LRU leaf eviction."""
 
+    value_name = "slots"  # what `TreeNode.value` lists (chapter 5's tree lists blocks)
+
     def __init__(self) -> None:
         self.reset()
+
+    def _span(self, start: int, end: int) -> int:
+        """How many `value` entries an edge covering path positions [start, end) holds: one slot per token.
+        Chapter 5 overrides this single rule to put whole blocks, not slots, on the edges."""
+        return end - start
 
     def reset(self) -> None:
         """Forget everything (the caller frees the slots first). The root is locked forever."""
@@ -147,8 +154,9 @@ class RadixTree:
         the ones it does not share with the tree. The rest, slots[returned:], now belong to the tree.
         """
         tokens, slots = _as_list(tokens), _as_list(slots)
-        if len(tokens) != len(slots):
-            raise ValueError(f"insert needs one slot per token, got {len(tokens)} tokens and {len(slots)} slots")
+        if len(slots) != self._span(0, len(tokens)):
+            raise ValueError(f"{len(tokens)} tokens need {self._span(0, len(tokens))} {self.value_name}, "
+                             f"got {len(slots)}")
         # BEGIN SOLUTION task4.insert
         now = self._tick()
         node = self.root
@@ -157,7 +165,7 @@ class RadixTree:
         while pos < len(tokens):
             child = node.children.get(tokens[pos])
             if child is None:
-                self._add_leaf(node, tokens[pos:], slots[pos:])
+                self._add_leaf(node, tokens[pos:], slots[self._span(0, pos):])
                 break
             child.last_access = now
             n = common_prefix_len(child.key, tokens, pos)
@@ -177,10 +185,12 @@ class RadixTree:
         """
         # BEGIN SOLUTION task4.insert
         parent = child.parent
-        new = self._new_node(child.key[:split_len], child.value[:split_len], parent)
+        start = self.depth(parent)  # path position of child's first token
+        k = self._span(start, start + split_len)  # value entries that go with the first part
+        new = self._new_node(child.key[:split_len], child.value[:k], parent)
         new.lock_ref = child.lock_ref
         new.last_access = child.last_access
-        child.key, child.value = child.key[split_len:], child.value[split_len:]
+        child.key, child.value = child.key[split_len:], child.value[k:]
         child.parent = new
         new.children[child.key[0]] = child
         parent.children[new.key[0]] = new
@@ -240,18 +250,18 @@ class RadixTree:
             raise ValueError(f"{node!r} is not in this tree (evicted, or from another tree)")
 
     # ---- eviction ----------------------------------------------------------------------------------------
-    def evict(self, num_tokens: int, free_fn: Callable[[list[int]], object]) -> int:
-        """Drop least recently used unlocked leaves until `num_tokens` tokens are freed (or none is left).
+    def evict(self, num: int, free_fn: Callable[[list[int]], object]) -> int:
+        """Drop least recently used unlocked leaves until `num` slots are freed (or none is left).
 
         Whole leaves go, so a little more than asked may be freed. `free_fn(slots)` receives each leaf's slots.
         A parent whose last child went, and that nobody locks, is a leaf now and joins the candidates.
-        Returns the number of tokens freed.
+        Returns the number of slots freed (of blocks, in chapter 5's tree: what `value` lists).
         """
         # BEGIN SOLUTION task4.evict
         heap = [(leaf.last_access, leaf.id, leaf) for leaf in self._evictable_leaves]
         heapq.heapify(heap)
         freed = 0
-        while freed < num_tokens and heap:
+        while freed < num and heap:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
             free_fn(leaf.value)
@@ -330,9 +340,9 @@ class RadixTree:
         assert root.lock_ref == 1, f"root lock_ref is {root.lock_ref}, must stay 1 (the root is never evicted)"
         evictable = protected = 0
         leaves, seen_slots, seen_ids = set(), set(), set()
-        stack = [root]
+        stack = [(root, 0)]  # (node, path position where its edge starts)
         while stack:
-            node = stack.pop()
+            node, start = stack.pop()
             assert node.id not in seen_ids, f"{node!r} reachable twice"
             seen_ids.add(node.id)
             child_locks = 0
@@ -342,10 +352,13 @@ class RadixTree:
                 assert child.last_access <= node.last_access, \
                     f"{child!r} was used after its parent {node!r}: a walk must touch the whole path"
                 child_locks += child.lock_ref
-                stack.append(child)
+                stack.append((child, start + len(node.key)))
             if node is root:
                 continue
-            assert len(node.key) == len(node.value), f"{node!r}: {len(node.key)} tokens but {len(node.value)} slots"
+            span = self._span(start, start + len(node.key))
+            assert len(node.value) == span, \
+                f"{node!r}: {len(node.key)} tokens from position {start} need {span} {self.value_name}, " \
+                f"has {len(node.value)}"
             assert node.lock_ref >= 0, f"{node!r}: negative lock_ref"
             assert node.lock_ref >= child_locks, \
                 f"{node!r}: lock_ref {node.lock_ref} < sum of children's {child_locks} (a lock skipped an ancestor)"
@@ -356,7 +369,7 @@ class RadixTree:
                 if not node.children:
                     leaves.add(node)
             for s in node.value:
-                assert s not in seen_slots, f"slot {s} is held by two nodes"
+                assert s not in seen_slots, f"{self.value_name[:-1]} {s} is held by two nodes"
                 seen_slots.add(s)
         assert evictable == self._evictable_size, f"evictable_size {self._evictable_size}, nodes say {evictable}"
         assert protected == self._protected_size, f"protected_size {self._protected_size}, nodes say {protected}"
@@ -386,7 +399,8 @@ class RadixTree:
             for i, child in enumerate(kids):
                 last = i == len(kids) - 1
                 lines.append(f"{indent}{'└─ ' if last else '├─ '}{self.edge_text(child, decode, width)}  "
-                             f"{len(child.key)} tok, slots {slot_ranges(child.value)}, lock_ref {child.lock_ref}, "
+                             f"{len(child.key)} tok, {self.value_name} {slot_ranges(child.value)}, "
+                             f"lock_ref {child.lock_ref}, "
                              f"t={child.last_access}{'  [evictable]' if child in self._evictable_leaves else ''}")
                 walk(child, indent + ("   " if last else "│  "))
 
@@ -399,7 +413,7 @@ class RadixTree:
         colors = {"locked": "#c6dafc", "evictable leaf": "#fde293", "unlocked": "white"}
         for node in self.nodes():
             state = self._state(node)
-            label = (f"{len(node.key)} tok · slots {slot_ranges(node.value)}\n"
+            label = (f"{len(node.key)} tok · {self.value_name} {slot_ranges(node.value)}\n"
                      f"lock_ref {node.lock_ref} · t={node.last_access}" + ("\nevictable" if state == "evictable leaf"
                                                                           else ""))
             dot.node(f"n{node.id}", label, fillcolor=colors[state],

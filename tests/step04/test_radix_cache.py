@@ -96,6 +96,6 @@ def test_eviction_makes_room_but_spares_the_matched_prefix():
         kv.free(s)  # 8 slots cached, 4 free
     c = seq(2, [1, 2, 3, 9, 9, 9, 9, 9])  # reuses [1, 2, 3], needs 5 new slots: one eviction
     assert admit(kv, c) == 3
-    assert kv.num_evicted_tokens == 4 and kv.tree.match_prefix([5])[0] == [], "the LRU leaf [5..8] went"
+    assert kv.num_evicted == 4 and kv.tree.match_prefix([5])[0] == [], "the LRU leaf [5..8] went"
     assert c.block_table[:3] == kv.tree.match_prefix([1, 2, 3])[0], "the matched prefix was locked first"
     kv.check_invariants()

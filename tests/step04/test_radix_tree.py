@@ -129,7 +129,7 @@ def test_nested_splits_keep_total_size_and_later_matches():
 def test_insert_validates_and_changes_nothing():
     tree, _ = build([1, 2, 3])
     before = tree.to_dot()
-    with pytest.raises(ValueError, match="one slot per token"):
+    with pytest.raises(ValueError, match="4 tokens need 4 slots, got 1"):
         tree.insert([1, 2, 3, 4], [9])
     assert tree.to_dot() == before
 

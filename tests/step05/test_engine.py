@@ -1,0 +1,185 @@
+"""The bridge engine: cache on == cache off == step01, token for token, at block sizes 1, 3, 4 and 16, with
+chunked prefill on and off and under memory pressure; its hits equal chapter 3's block hash at the same block
+size and chapter 4's radix tree at block size 1; a drained engine holds no lock and leaks no block."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from course.tiny import tiny_model
+from course.workloads import WORKLOADS, get_workload, reusable_tokens
+from step01_kvcache.generate import SamplingParams, generate
+from step02_paged import KVCacheManager
+from step03_prefix_hash import Engine as HashEngine
+from step03_prefix_hash import EngineConfig as HashEngineConfig
+from step04_radix import RadixEngine, RadixEngineConfig
+from step05_bridge import BridgeEngine, BridgeEngineConfig, PrefixCache
+from tests.driver import drive_checked
+from tests.machines import check_tree_drained
+
+
+def run_checked(engine: BridgeEngine, prompts, params) -> list:
+    outs = drive_checked(engine, prompts, params)
+    if engine.tree is not None:
+        check_tree_drained(engine)
+    else:
+        assert engine.kv.block_manager.num_free == engine.config.num_blocks
+    return outs
+
+
+def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
+    """Prompts that share random-length prefixes of one stem (on and off block boundaries), then diverge."""
+    rng = random.Random(seed)
+    base = [rng.randrange(256) for _ in range(stem)]
+    return [base[: rng.randint(0, stem)] + [rng.randrange(256) for _ in range(rng.randint(1, 25))] for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=5)
+
+
+@pytest.fixture(scope="module")
+def reference(model):
+    prompts = shared_prompts(8, seed=2) + [[3], [3, 4]]
+    params = SamplingParams(max_new_tokens=8)
+    return prompts, params, [generate(model, p, params) for p in prompts]
+
+
+def config(**kw) -> BridgeEngineConfig:
+    return BridgeEngineConfig(**{"num_blocks": 256, "block_size": 4, "max_num_seqs": 4,
+                                 "max_num_batched_tokens": 32, **kw})
+
+
+BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.share"), pytest.mark.task("task5.insert"),
+                pytest.mark.task("task5.release")]
+
+
+@pytest.mark.parametrize("bs", [1, 3, 4, 16])
+@pytest.mark.parametrize("on", [pytest.param(True, marks=BRIDGE_TASKS, id="on"), pytest.param(False, id="off")])
+@pytest.mark.parametrize("chunked", [True, False])
+def test_cache_on_and_off_match_step01_twice(model, reference, bs, on, chunked):
+    prompts, params, expected = reference
+    engine = BridgeEngine(model, config(block_size=bs, enable_radix_cache=on, enable_chunked_prefill=chunked,
+                                        max_num_batched_tokens=32 if chunked else 256))
+    for round_ in range(2):
+        outs = run_checked(engine, prompts, params)
+        assert [o.output_ids for o in outs] == expected, f"round {round_}"
+    if on:
+        assert [o.num_cached_tokens for o in outs] == [(len(p) - 1) // bs * bs for p in prompts], \
+            "round 2 hits every full block of the prompt but the last token"
+
+
+@pytest.mark.parametrize("bs", [1, 4, 16])
+def test_hits_equal_the_block_hash_at_the_same_block_size(model, bs):
+    """Granularity, not the data structure, decides what is reused: on the same sequential requests the bridge
+    hits exactly as many tokens as chapter 3's hash of full blocks, and at block_size 1 as chapter 4's tree."""
+    prompts = shared_prompts(12, seed=4) * 2
+    params = SamplingParams(max_new_tokens=3)
+    engines = {"bridge": BridgeEngine(model, config(block_size=bs)),
+               "hash": HashEngine(model, HashEngineConfig(num_blocks=256, block_size=bs, max_num_seqs=4,
+                                                          max_num_batched_tokens=32))}
+    if bs == 1:
+        engines["radix"] = RadixEngine(model, RadixEngineConfig(num_blocks=256, max_num_seqs=4,
+                                                                max_num_batched_tokens=32))
+    hits = {name: [drive_checked(e, [p], params)[0].num_cached_tokens for p in prompts] for name, e in engines.items()}
+    ideal = [min(r, len(p) - 1) // bs * bs for r, p in zip(reusable_tokens(prompts), prompts)]
+    assert all(h == ideal for h in hits.values()), hits
+    assert sum(ideal) > 0
+
+
+@pytest.mark.task("task5.insert")
+def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
+    engine = BridgeEngine(model, config(max_num_batched_tokens=16))
+    stem = list(range(100, 148))
+    engine.add_request(stem + [1, 2], SamplingParams(max_new_tokens=4))
+    engine.step()
+    engine.step()  # a has computed 32 tokens: 8 full blocks in the tree, a locks them
+    assert engine.kv.num_cached_blocks == 8 and engine.tree.protected_size == 32
+    b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
+    outs = {}
+    while engine.has_unfinished():
+        outs.update((o.seq_id, o) for o in engine.step())
+        engine.check_invariants()
+    assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens (12 blocks) computed by a's chunks"
+    assert outs[b].output_ids == generate(model, stem + [9], SamplingParams(max_new_tokens=4))
+
+
+def test_shared_prefix_is_held_once(model):
+    prompts = [list(range(64)) + [200 + i] for i in range(4)]
+    params = SamplingParams(max_new_tokens=3)
+    peaks = {}
+    for on in (False, True):
+        engine = BridgeEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256))
+        run_checked(engine, prompts[:1], params)
+        engine.stats.peak_blocks = 0
+        run_checked(engine, prompts, params)
+        peaks[on] = engine.stats.peak_blocks
+    assert peaks[True] < peaks[False] / 2, peaks
+
+
+@pytest.mark.task("task5.release")
+@pytest.mark.parametrize("blocks", [24, 34])
+def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, blocks):
+    prompts, params, expected = reference
+    engine = BridgeEngine(model, config(num_blocks=blocks, max_num_seqs=4))
+    for _ in range(2):
+        outs = run_checked(engine, prompts, params)
+        assert [o.output_ids for o in outs] == expected
+    assert engine.kv.num_evicted > 0, "the pool was meant to be too small to keep everything cached"
+    if blocks == 24:
+        assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to force preemption"
+
+
+def test_bad_configuration_and_input_are_rejected(model):
+    with pytest.raises(TypeError, match="BridgeEngineConfig"):
+        BridgeEngine(model, RadixEngineConfig())
+    with pytest.raises(ValueError, match="block_size must be positive"):
+        BridgeEngineConfig(block_size=0)
+    engine = BridgeEngine(model, config(num_blocks=4))
+    with pytest.raises(ValueError, match="pool has only 4"):
+        engine.add_request(list(range(15)), SamplingParams(max_new_tokens=4))
+    assert not engine.has_unfinished()
+    assert type(BridgeEngine(model, config(enable_radix_cache=False)).kv) is KVCacheManager
+    assert isinstance(engine.kv, PrefixCache)
+
+
+def test_dot_shows_three_layers(model):
+    engine = BridgeEngine(model, config(num_blocks=16, max_num_batched_tokens=8))
+    run_checked(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
+    assert "<b0> 0\\ntree|<b1> 1\\ntree|<b2> 2\\nfree" in engine.kv.to_dot(), "drained: blocks held by the tree alone"
+    sid = engine.add_request(list(range(9)) + [99] * 6, SamplingParams(max_new_tokens=4))
+    engine.step()
+    dot = engine.kv.to_dot()
+    assert f'"seq{sid}" -> "n' in dot and "last_node" in dot and "<b0> 0\\nref 2" in dot, dot
+    assert '"n1" -> "pool0":b0' in dot, "a node points at the blocks it owns"
+    assert dot == engine.kv.to_dot(), "deterministic"
+
+
+# ---- every course workload, tiny model, real tokens ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def wide_model():
+    return tiny_model(seed=7, vocab_size=49152, max_position_embeddings=4096, num_layers=1, hidden_size=32,
+                      intermediate_size=32, head_dim=8)
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_every_workload_cache_on_equals_off(wide_model, tokenizer, name):
+    workload = get_workload(name)
+    prompts = workload.prompts(tokenizer)
+    every_round = prompts * workload.rounds
+    params = SamplingParams(max_new_tokens=3)
+    blocks = sum(len(p) + 3 for p in prompts) // 16 + 2 * len(prompts) + 8
+    results = {}
+    for on in (False, True):
+        engine = BridgeEngine(wide_model, config(num_blocks=blocks, block_size=16, max_num_seqs=8,
+                                                 max_num_batched_tokens=512, enable_radix_cache=on))
+        sequential = [run_checked(engine, [p], params)[0] for p in every_round]
+        concurrent = run_checked(BridgeEngine(wide_model, engine.config), prompts, params)
+        results[on] = sequential, concurrent
+    (seq_off, con_off), (seq_on, con_on) = results[False], results[True]
+    assert [o.output_ids for o in seq_on] == [o.output_ids for o in seq_off]
+    assert [o.output_ids for o in con_on] == [o.output_ids for o in con_off]
+    ideal = [min(r, len(p) - 1) // 16 * 16 for r, p in zip(reusable_tokens(every_round), every_round)]
+    assert [o.num_cached_tokens for o in seq_on] == ideal, "every shared full block is reused"

@@ -1,0 +1,33 @@
+"""Hypothesis state machine over the bridge engine (tests/machines.py): random add / step / abort of
+shared-prefix prompts at block sizes 3 and 4 on a pool small enough to evict and preempt; both levels of
+reference counts checked after every operation; answers equal step01's; a drained engine leaks no block."""
+from __future__ import annotations
+
+from hypothesis import settings
+
+from step05_bridge import BridgeEngine, BridgeEngineConfig
+from tests.machines import MODEL, EngineMachine, check_tree_drained
+
+
+class BridgeEngineMachine(EngineMachine):
+    block_size, num_blocks = 4, 12
+
+    def make_engine(self):
+        return BridgeEngine(MODEL, BridgeEngineConfig(num_blocks=self.num_blocks, block_size=self.block_size,
+                                                      max_num_seqs=3, max_num_batched_tokens=10))
+
+    def check_output(self, out, prompt):
+        assert out.num_cached_tokens % self.block_size == 0, "hits are whole blocks"
+
+    def check_drained(self):
+        check_tree_drained(self.engine)
+
+
+class OddBlockBridgeMachine(BridgeEngineMachine):
+    block_size, num_blocks = 3, 16
+
+
+TestBridgeEngineMachine = BridgeEngineMachine.TestCase
+TestBridgeEngineMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+TestOddBlockBridgeMachine = OddBlockBridgeMachine.TestCase
+TestOddBlockBridgeMachine.settings = settings(max_examples=30, stateful_step_count=40, deadline=None)

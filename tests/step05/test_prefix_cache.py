@@ -1,0 +1,207 @@
+"""The bridge by hand, no model: two levels of reference counts step by step. A block's ref_count is the number
+of live requests whose block table lists it plus one for the tree; lock_ref counts requests under a node.
+`check_invariants()` after every operation compares both with who really holds what."""
+from __future__ import annotations
+
+import pytest
+
+from step01_kvcache.generate import SamplingParams
+from step04_radix import RadixSequence
+from step05_bridge import PrefixCache
+
+BS = 4
+
+
+def seq(i: int, tokens: list[int]) -> RadixSequence:
+    return RadixSequence(i, list(tokens), SamplingParams(max_new_tokens=4))
+
+
+def admit(kv: PrefixCache, s: RadixSequence) -> int:
+    """What the scheduler does: match, then allocate the rest; returns the cached (block-aligned) tokens."""
+    blocks, cached = kv.get_computed_blocks(s)
+    assert kv.allocate_slots(s, s.num_tokens - cached, blocks, cached)
+    kv.check_invariants()
+    return cached
+
+
+def compute(kv: PrefixCache, s: RadixSequence, n: int | None = None) -> None:
+    """What a forward does to the bookkeeping: n more tokens (default: the rest) have K/V."""
+    s.num_computed_tokens = s.num_tokens if n is None else s.num_computed_tokens + n
+    kv.on_computed(s)
+    kv.check_invariants()
+
+
+def finish(kv: PrefixCache, s: RadixSequence) -> None:
+    kv.free(s)
+    kv.check_invariants()
+
+
+def refs(kv: PrefixCache, blocks: list[int]) -> list[int]:
+    return [kv.block_manager.ref_count[b] for b in blocks]
+
+
+@pytest.mark.task("task5.share")
+@pytest.mark.task("task5.insert")
+@pytest.mark.task("task5.release")
+def test_two_levels_of_reference_counts():
+    kv = PrefixCache(16, BS)
+    a = seq(0, range(10))  # 10 tokens: two full blocks and a partial one
+    assert admit(kv, a) == 0
+    compute(kv, a)
+    full, partial = a.block_table[:2], a.block_table[2]
+    assert refs(kv, full) == [2, 2], "each full block: held by a and by the tree"
+    assert refs(kv, [partial]) == [1], "the partial block stays a's own: the tree shares only full blocks"
+    assert kv.tree.total_size == 10 and kv.num_cached_blocks == 2
+
+    b = seq(1, list(range(9)) + [50, 51, 52])  # shares 9 tokens with a: two full blocks
+    assert admit(kv, b) == 8, "9 matched tokens, aligned down to 8"
+    assert b.block_table[:2] == full and refs(kv, full) == [3, 3]
+    assert kv.tree.depth(b.last_node) == 9, "b locks the node ending at its raw match (the tree split there)"
+
+    finish(kv, a)
+    assert refs(kv, full) == [2, 2] and kv.block_manager.ref_count[partial] == 0, "a's partial block is free"
+    compute(kv, b)
+    finish(kv, b)
+    assert refs(kv, full) == [1, 1], "only the tree holds them now"
+    assert kv.tree.protected_size == 0
+    assert kv.block_manager.num_free + kv.num_cached_blocks == 16
+
+
+@pytest.mark.task("task5.insert")
+def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
+    """Seed 000's Bug 1 setting: requests admitted together all miss and compute the same prompt. The first
+    insert gives its blocks to the tree; the others find them there, take references on the tree's blocks and
+    drop their own copies (freed at once), so the block table and the ref counts agree."""
+    kv = PrefixCache(16, BS)
+    reqs = [seq(i, range(12)) for i in range(3)]
+    for r in reqs:
+        assert admit(kv, r) == 0
+    assert kv.block_manager.num_free == 16 - 9
+    for r in reqs:
+        compute(kv, r)
+    shared = reqs[0].block_table
+    assert all(r.block_table == shared for r in reqs)
+    assert refs(kv, shared) == [4, 4, 4], "three requests and the tree"
+    assert kv.block_manager.num_free == 16 - 3, "the six duplicate blocks were freed"
+    for r in reqs:
+        finish(kv, r)
+    assert refs(kv, shared) == [1, 1, 1]
+
+
+class ReleaseByRematch(PrefixCache):
+    """Seed 000's first design, written wrong on purpose: a request keeps its own blocks even where the tree
+    has the same tokens, and on close releases what a *new match of its tokens* returns - blocks that may
+    belong to someone else - instead of the blocks it holds."""
+
+    def _use_tree_values(self, seq, blocks):
+        pass  # keep the duplicates
+
+    def cache_finished_req(self, seq):
+        self._insert(seq)
+        blocks, _ = self.tree.match_prefix(seq.all_token_ids[: seq.num_computed_tokens])
+        self.block_manager.release(blocks)
+        self.tree.dec_lock_ref(seq.last_node)
+        seq.block_table, seq.last_node, seq.cache_protected_len = [], None, 0
+
+    def check_invariants(self):
+        pass  # it would fail at once: that is the point of the test below
+
+
+def test_bug1_releasing_by_rematch_frees_blocks_it_never_held():
+    kv = ReleaseByRematch(16, BS)
+    req4, req5, req6 = (seq(i, range(12)) for i in (4, 5, 6))
+    for r in (req4, req5, req6):  # all submitted before any step: all miss
+        kv.allocate_slots(r, 12, *kv.get_computed_blocks(r))
+    abc = req4.block_table
+    for r in (req4, req5, req6):
+        r.num_computed_tokens = 12
+        kv.on_computed(r)  # req4 inserts [A, B, C]; req5's and req6's inserts find them: "newly_held = []"
+    assert req5.block_table != abc and refs(kv, abc) == [2, 2, 2], "held by req4 and the tree only"
+    kv.free(req5)  # releases the tree's match, [A, B, C], which req5 never held
+    assert refs(kv, abc) == [1, 1, 1], "req5 took references that were req4's and the tree's"
+    kv.free(req6)
+    assert refs(kv, abc) == [0, 0, 0] and kv.block_manager.num_free > 0, "A, B, C are free while req4 runs"
+    with pytest.raises(ValueError, match="below zero"):
+        kv.free(req4)  # the seed saw ref -1 and a crash on the next adopt; our BlockManager refuses
+    ok = PrefixCache(16, BS)  # the same run with the chapter's bridge
+    reqs = [seq(i, range(12)) for i in (4, 5, 6)]
+    for step in (admit, compute, finish):
+        for r in reqs:
+            step(ok, r)  # check_invariants() after each
+    assert ok.block_manager.num_free + ok.num_cached_blocks == 16
+
+
+def test_bug3_node_pointer_lock_survives_a_split_above_it():
+    """Seed 000's Bug 3 setting at block level: R locks the node where its 125-token match ends; another
+    request's insert then splits R's path at 100; unlocking R by its node pointer walks the new node too."""
+    kv = PrefixCache(64, 16)
+    x = seq(0, range(144))
+    admit(kv, x)
+    compute(kv, x)
+    finish(kv, x)
+    r = seq(1, list(range(125)) + [500] * 19)
+    assert admit(kv, r) == 112
+    y = seq(2, list(range(100)) + [600] * 10)
+    assert admit(kv, y) == 96  # y's match splits the 125-token node at 100, above r's node
+    assert kv.tree.depth(r.last_node.parent) == 100 and r.last_node.parent.lock_ref == 2
+    compute(kv, y)
+    finish(kv, r)
+    finish(kv, y)
+    assert all(n.lock_ref == 0 for n in kv.tree.nodes())
+
+
+@pytest.mark.task("task5.release")
+def test_eviction_frees_only_what_no_request_uses():
+    kv = PrefixCache(8, BS)
+    a = seq(0, range(16))
+    admit(kv, a)
+    compute(kv, a)
+    finish(kv, a)  # 4 cached blocks, unlocked
+    b = seq(1, list(range(8)) + [90] * 4)
+    assert admit(kv, b) == 8  # locks the first 8 tokens
+    assert kv.block_manager.num_free == 3
+    c = seq(2, [70] * 16)
+    assert admit(kv, c) == 0, "needs 4 blocks, 3 free: eviction takes a's unlocked tail [8, 16)"
+    assert kv.num_evicted == 2 and kv.tree.depth(b.last_node) == 8
+    assert refs(kv, b.block_table[:2]) == [2, 2], "b's locked prefix survived"
+    for s in (b, c):
+        compute(kv, s)
+        finish(kv, s)
+    assert kv.block_manager.num_free + kv.num_cached_blocks == 8
+
+
+def test_preempted_request_finds_its_own_blocks_again():
+    kv = PrefixCache(16, BS)
+    a = seq(0, range(10))
+    admit(kv, a)
+    compute(kv, a, 6)  # a first chunk of 6 tokens: one full block goes to the tree
+    assert kv.num_cached_blocks == 1
+    kv.free(a)  # preemption: what was computed stays cached
+    a.num_computed_tokens = 0
+    kv.check_invariants()
+    assert admit(kv, a) == 4
+    compute(kv, a)
+    finish(kv, a)
+
+
+def test_reset_cache_needs_a_drained_manager_and_frees_everything():
+    kv = PrefixCache(16, BS)
+    a = seq(0, range(10))
+    admit(kv, a)
+    with pytest.raises(ValueError, match="still use the cache"):
+        kv.reset_cache()
+    compute(kv, a)
+    finish(kv, a)
+    kv.reset_cache()
+    kv.check_invariants()
+    assert kv.block_manager.num_free == 16 and kv.tree.total_size == 0
+
+
+def test_check_invariants_names_a_broken_count():
+    kv = PrefixCache(16, BS)
+    a = seq(0, range(10))
+    admit(kv, a)
+    compute(kv, a)
+    kv.block_manager.ref_count[a.block_table[0]] += 1  # someone counted without holding
+    with pytest.raises(AssertionError, match="ref_count 3 but 2 holders"):
+        kv.check_invariants()
