@@ -23,25 +23,14 @@ def main(argv: list[str] | None = None) -> int:
     model, tok, load_s = timed_load(args.model)
     stops = stop_ids(tok)
     engine = RadixEngine(model, RadixEngineConfig(num_blocks=8192))
-    try:
-        ids = chat_ids(tok, args.prompt, args.system)
-        params = SamplingParams(max_new_tokens=args.max_new_tokens, stop_token_ids=stops)
-        first = engine.generate([ids], params)[0]
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    answer = tok.decode(first.output_ids, skip_special_tokens=True)
-    if args.answer_only:
-        print(answer)
-        return 0
-    second = engine.generate([ids], params)[0]
+    asked = ask_twice(engine, tok, args)
+    if not isinstance(asked, tuple):
+        return asked
+    ids, first, second = asked
     print(f"model loaded in {load_s:.1f} s; pool of {engine.config.num_slots} slots, one token each\n")
-    print(f"answer: {answer}\n")
-    for name, out in (("first ask ", first), ("second ask", second)):
-        print(f"{name}: {out.num_cached_tokens:4d}/{len(ids)} prompt tokens from the tree "
-              f"({out.num_cached_tokens / len(ids):.1%}), TTFT {out.ttft_s * 1e3:.0f} ms")
-    same = "identical" if second.output_ids == first.output_ids else "DIFFERENT (a bug!)"
-    print(f"second answer: {same}; the last prompt token is always recomputed to get its logits\n")
+    print(f"answer: {tok.decode(first.output_ids, skip_special_tokens=True)}\n")
+    report_asks(ids, first, second)
+    print("the last prompt token is always recomputed to get its logits\n")
 
     def decode(ids: list[int]) -> str:
         return tok.decode(ids)
@@ -53,6 +42,30 @@ def main(argv: list[str] | None = None) -> int:
     print("\nthe tree after everything (every lock released; yellow in the notebook = evictable leaves):")
     print(engine.tree.to_text(decode))
     return 0
+
+
+def ask_twice(engine, tok, args) -> int | tuple:
+    """The user's prompt through `engine` twice (the second time the cache serves it): (ids, first, second).
+    With --answer-only, prints the first answer and returns 0; on bad input prints the error and returns 2."""
+    try:
+        ids = chat_ids(tok, args.prompt, args.system)
+        params = SamplingParams(max_new_tokens=args.max_new_tokens, stop_token_ids=stop_ids(tok))
+        first = engine.generate([ids], params)[0]
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.answer_only:
+        print(tok.decode(first.output_ids, skip_special_tokens=True))
+        return 0
+    return ids, first, engine.generate([ids], params)[0]
+
+
+def report_asks(ids: list[int], first, second) -> None:
+    for name, out in (("first ask ", first), ("second ask", second)):
+        print(f"{name}: {out.num_cached_tokens:4d}/{len(ids)} prompt tokens from the tree "
+              f"({out.num_cached_tokens / len(ids):.1%}), TTFT {out.ttft_s * 1e3:.0f} ms")
+    same = "identical" if second.output_ids == first.output_ids else "DIFFERENT (a bug!)"
+    print(f"second answer: {same}")
 
 
 def run_workload(engine: RadixEngine, name: str, params: SamplingParams, decode) -> None:

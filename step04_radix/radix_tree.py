@@ -429,7 +429,9 @@ class RadixTree:
 
 
 def slot_ranges(slots: Sequence[int], max_runs: int = 3) -> str:
-    """[0, 1, 2, 7, 8] -> '0-2,7-8': runs of consecutive slots, the first few of them."""
+    """[0, 1, 2, 7, 8] -> '0-2,7-8': runs of consecutive slots, the first few of them ('none' for [])."""
+    if not slots:
+        return "none"
     runs: list[list[int]] = []
     for s in slots:
         if runs and s == runs[-1][1] + 1:

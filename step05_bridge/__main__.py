@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import sys
 
-from course.demo import chat_ids, demo_parser, stop_ids
+from course.demo import demo_parser, stop_ids
 from course.pretrained import timed_load
 from course.workloads import WORKLOADS
 from step01_kvcache.generate import SamplingParams
-from step04_radix.__main__ import run_workload
+from step04_radix.__main__ import ask_twice, report_asks, run_workload
 
 from .engine import BridgeEngine, BridgeEngineConfig
 
@@ -29,27 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     model, tok, load_s = timed_load(args.model)
     stops = stop_ids(tok)
     engine = BridgeEngine(model, config)
-    try:
-        ids = chat_ids(tok, args.prompt, args.system)
-        params = SamplingParams(max_new_tokens=args.max_new_tokens, stop_token_ids=stops)
-        first = engine.generate([ids], params)[0]
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    answer = tok.decode(first.output_ids, skip_special_tokens=True)
-    if args.answer_only:
-        print(answer)
-        return 0
-    second = engine.generate([ids], params)[0]
+    asked = ask_twice(engine, tok, args)
+    if not isinstance(asked, tuple):
+        return asked
+    ids, first, second = asked
     bs = config.block_size
     print(f"model loaded in {load_s:.1f} s; pool of {config.num_blocks} blocks of {bs} tokens\n")
-    print(f"answer: {answer}\n")
-    for name, out in (("first ask ", first), ("second ask", second)):
-        print(f"{name}: {out.num_cached_tokens:4d}/{len(ids)} prompt tokens from the tree "
-              f"({out.num_cached_tokens / len(ids):.1%}), TTFT {out.ttft_s * 1e3:.0f} ms")
-    same = "identical" if second.output_ids == first.output_ids else "DIFFERENT (a bug!)"
-    print(f"second answer: {same}. The tree routed all {len(ids)} tokens, but only full blocks are shared: "
-          f"({len(ids)} - 1) // {bs} * {bs} = {(len(ids) - 1) // bs * bs}\n")
+    print(f"answer: {tok.decode(first.output_ids, skip_special_tokens=True)}\n")
+    report_asks(ids, first, second)
+    print(f"the tree routed all {len(ids)} tokens, but only full blocks are shared, and the last prompt token "
+          f"is always recomputed: ({len(ids)} - 1) // {bs} * {bs} = {(len(ids) - 1) // bs * bs}\n")
 
     def decode(token_ids: list[int]) -> str:
         return tok.decode(token_ids)

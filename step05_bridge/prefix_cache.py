@@ -130,8 +130,9 @@ class PrefixCache(RadixKVCacheManager):
 
     def to_dot(self, decode: Decode | None = None, name: str = "bridge", row: int = 16) -> str:
         """The three layers in one picture: the tree (edges with their tokens, nodes with their blocks and
-        lock_ref), the live requests (pointing at the node they lock) and the pool, whose blocks show their
-        ref_count: grey free, white held by the tree alone, green by one request, yellow shared."""
+        lock_ref), the live requests (pointing at the node they lock) and the pool, `row` blocks per line, each
+        with its ref_count: grey free, white held by the tree alone, green by one request alone, yellow by
+        two or more holders (the tree and a request, or several requests)."""
         dot = Dot(name, rankdir="LR", nodesep="0.15", ranksep="0.35")
         self.tree.draw(dot, decode)
         for seq in sorted(self.holders.values(), key=lambda s: s.seq_id):
@@ -139,16 +140,19 @@ class PrefixCache(RadixKVCacheManager):
                      shape="note", fillcolor="#e8f0fe")
             dot.edge(f"seq{seq.seq_id}", f"n{seq.last_node.id}", "last_node", style="dashed", color="#1a73e8")
         in_tree = set(self.tree.all_slots())
+        colors = {"free": "#cccccc", "tree": "white", "one": "#ceead6", "shared": "#fde293"}
         cells = []
         for b in range(self.num_blocks):
             r = self.block_manager.ref_count[b]
-            users = r - (b in in_tree)
-            mark = "free" if r == 0 else ("tree" if users == 0 else f"ref {r}")
-            cells.append(f"<b{b}> {b}\\n{mark}")
-        for start in range(0, self.num_blocks, row):
-            part = "|".join(cells[start:start + row])
-            dot.raw(f'"pool{start}" [shape=record, fontsize=9, label="{part}"];')
+            users = r - (b in in_tree)  # requests holding the block
+            kind = "free" if r == 0 else "tree" if users == 0 else "one" if r == 1 else "shared"
+            text = "free" if r == 0 else "tree" if users == 0 else f"ref {r}"
+            cells.append(f'<TD PORT="b{b}" BGCOLOR="{colors[kind]}">{b}<BR/>{text}</TD>')
+        table = "".join(f"<TR>{''.join(cells[i:i + row])}</TR>" for i in range(0, self.num_blocks, row))
+        dot.raw(f'"pool" [shape=plaintext, fontsize=9, label=<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0">'
+                f'{table}</TABLE>>];')
+        dot.raw('{ rank=max; "pool"; }')
         for node in self.tree.nodes():
             for b in node.value:
-                dot.raw(f'"n{node.id}" -> "pool{b - b % row}":b{b} [style=dotted, color="#888888", arrowsize=0.5];')
+                dot.raw(f'"n{node.id}" -> "pool":b{b} [style=dotted, color="#888888", arrowsize=0.5];')
         return dot.source()

@@ -1,6 +1,10 @@
 """Drive an engine to completion, checking every invariant after every step (shared by the chapters' tests)."""
 from __future__ import annotations
 
+import random
+
+from step01_kvcache.generate import SamplingParams, generate
+
 
 def drive_checked(engine, prompts, params) -> list:
     """Add all prompts, step until drained with `check_invariants()` after each step; outputs in prompt order."""
@@ -11,3 +15,33 @@ def drive_checked(engine, prompts, params) -> list:
             done[out.seq_id] = out
         engine.check_invariants()
     return [done[i] for i in ids]
+
+
+def check_drained(engine) -> None:
+    """After the drain every block is free, or (chapters 4 and 5) cached by the tree with no lock left."""
+    tree = getattr(engine, "tree", None)
+    if tree is None:
+        assert engine.kv.block_manager.num_free == engine.config.num_blocks, "a drained engine leaked blocks"
+        return
+    assert tree.protected_size == 0 and all(n.lock_ref == 0 for n in tree.nodes()), "a lock outlived its request"
+    assert engine.kv.block_manager.num_free + len(tree.all_slots()) == engine.config.num_blocks, "leaked blocks"
+
+
+def run_drained(engine, prompts, params) -> list:
+    """`drive_checked`, then `check_drained`."""
+    outs = drive_checked(engine, prompts, params)
+    check_drained(engine)
+    return outs
+
+
+def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
+    """Prompts that share random-length prefixes of one stem (on and off block boundaries), then diverge."""
+    rng = random.Random(seed)
+    base = [rng.randrange(256) for _ in range(stem)]
+    return [base[: rng.randint(0, stem)] + [rng.randrange(256) for _ in range(rng.randint(1, 25))] for _ in range(n)]
+
+
+def with_reference(model, prompts: list[list[int]], new_tokens: int):
+    """(prompts, params, step01's greedy answers): what every engine must reproduce token for token."""
+    params = SamplingParams(max_new_tokens=new_tokens)
+    return prompts, params, [generate(model, p, params) for p in prompts]

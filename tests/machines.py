@@ -73,10 +73,3 @@ class EngineMachine(RuleBasedStateMachine):
             self.engine.check_invariants()
         assert not self.live and not self.engine.kv.holders, "a request outlived the drain"
         self.check_drained()
-
-
-def check_tree_drained(engine) -> None:
-    """A radix-tree engine (chapters 4 and 5) after the drain: no lock left, every block free or cached."""
-    tree = engine.tree
-    assert tree.protected_size == 0 and all(n.lock_ref == 0 for n in tree.nodes()), "a lock outlived its request"
-    assert engine.kv.block_manager.num_free + len(tree.all_slots()) == engine.config.num_blocks, "leaked blocks"

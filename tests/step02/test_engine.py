@@ -8,19 +8,13 @@ import pytest
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import Engine, EngineConfig
-from tests.driver import drive_checked
+from tests.driver import run_drained as run_checked
+from tests.driver import with_reference
 
 
 def ragged_prompts(n: int, seed: int, lo: int = 1, hi: int = 200) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(256) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
-
-
-def run_checked(engine: Engine, prompts, params) -> list:
-    """Drive the engine step by step, checking invariants after every step; then check it drained."""
-    outs = drive_checked(engine, prompts, params)
-    assert engine.kv.block_manager.num_free == engine.config.num_blocks, "drained engine leaked blocks"
-    return outs
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +24,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def reference(model):
-    prompts = ragged_prompts(6, seed=1) + [[7], [1, 2]]
-    params = SamplingParams(max_new_tokens=10)
-    return prompts, params, [generate(model, p, params) for p in prompts]
+    return with_reference(model, ragged_prompts(6, seed=1) + [[7], [1, 2]], new_tokens=10)
 
 
 @pytest.mark.task("task2.schedule")

@@ -3,8 +3,6 @@ pressure (eviction and preemption) and on every course workload; requests share 
 engine holds no lock and leaks no slot."""
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from course.tiny import tiny_model
@@ -12,26 +10,8 @@ from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import EngineConfig, KVCacheManager
 from step04_radix import RadixEngine, RadixEngineConfig, RadixKVCacheManager
-from tests.driver import drive_checked
-
-
-def run_checked(engine: RadixEngine, prompts, params) -> list:
-    """Drive step by step with invariants after every step; check the drained engine (no locks, no leak)."""
-    outs = drive_checked(engine, prompts, params)
-    tree = engine.tree
-    if tree is not None:
-        assert tree.protected_size == 0 and all(n.lock_ref == 0 for n in tree.nodes())
-        assert engine.kv.block_manager.num_free + tree.total_size == engine.config.num_slots
-    else:
-        assert engine.kv.block_manager.num_free == engine.config.num_slots
-    return outs
-
-
-def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
-    """Prompts that share random-length prefixes of one stem, then diverge."""
-    rng = random.Random(seed)
-    base = [rng.randrange(256) for _ in range(stem)]
-    return [base[: rng.randint(0, stem)] + [rng.randrange(256) for _ in range(rng.randint(1, 25))] for _ in range(n)]
+from tests.driver import run_drained as run_checked
+from tests.driver import shared_prompts, with_reference
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +21,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def reference(model):
-    prompts = shared_prompts(8, seed=1) + [[3], [3, 4]]
-    params = SamplingParams(max_new_tokens=8)
-    return prompts, params, [generate(model, p, params) for p in prompts]
+    return with_reference(model, shared_prompts(8, seed=1) + [[3], [3, 4]], new_tokens=8)
 
 
 def config(**kw) -> RadixEngineConfig:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from hypothesis import settings
 
 from step04_radix import RadixEngine, RadixEngineConfig
-from tests.machines import MODEL, EngineMachine, check_tree_drained
+from tests.driver import check_drained
+from tests.machines import MODEL, EngineMachine
 
 
 class RadixEngineMachine(EngineMachine):
@@ -15,7 +16,7 @@ class RadixEngineMachine(EngineMachine):
         return RadixEngine(MODEL, RadixEngineConfig(num_blocks=48, max_num_seqs=3, max_num_batched_tokens=10))
 
     def check_drained(self):
-        check_tree_drained(self.engine)
+        check_drained(self.engine)
 
 
 TestRadixEngineMachine = RadixEngineMachine.TestCase

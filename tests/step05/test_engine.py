@@ -3,8 +3,6 @@ chunked prefill on and off and under memory pressure; its hits equal chapter 3's
 size and chapter 4's radix tree at block size 1; a drained engine holds no lock and leaks no block."""
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from course.tiny import tiny_model
@@ -15,24 +13,8 @@ from step03_prefix_hash import Engine as HashEngine
 from step03_prefix_hash import EngineConfig as HashEngineConfig
 from step04_radix import RadixEngine, RadixEngineConfig
 from step05_bridge import BridgeEngine, BridgeEngineConfig, PrefixCache
-from tests.driver import drive_checked
-from tests.machines import check_tree_drained
-
-
-def run_checked(engine: BridgeEngine, prompts, params) -> list:
-    outs = drive_checked(engine, prompts, params)
-    if engine.tree is not None:
-        check_tree_drained(engine)
-    else:
-        assert engine.kv.block_manager.num_free == engine.config.num_blocks
-    return outs
-
-
-def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
-    """Prompts that share random-length prefixes of one stem (on and off block boundaries), then diverge."""
-    rng = random.Random(seed)
-    base = [rng.randrange(256) for _ in range(stem)]
-    return [base[: rng.randint(0, stem)] + [rng.randrange(256) for _ in range(rng.randint(1, 25))] for _ in range(n)]
+from tests.driver import drive_checked, shared_prompts, with_reference
+from tests.driver import run_drained as run_checked
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +24,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def reference(model):
-    prompts = shared_prompts(8, seed=2) + [[3], [3, 4]]
-    params = SamplingParams(max_new_tokens=8)
-    return prompts, params, [generate(model, p, params) for p in prompts]
+    return with_reference(model, shared_prompts(8, seed=2) + [[3], [3, 4]], new_tokens=8)
 
 
 def config(**kw) -> BridgeEngineConfig:
@@ -148,12 +128,13 @@ def test_bad_configuration_and_input_are_rejected(model):
 def test_dot_shows_three_layers(model):
     engine = BridgeEngine(model, config(num_blocks=16, max_num_batched_tokens=8))
     run_checked(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
-    assert "<b0> 0\\ntree|<b1> 1\\ntree|<b2> 2\\nfree" in engine.kv.to_dot(), "drained: blocks held by the tree alone"
+    assert '"b0" BGCOLOR="white">0<BR/>tree</TD><TD PORT="b1" BGCOLOR="white">1<BR/>tree</TD><TD PORT="b2" ' \
+           'BGCOLOR="#cccccc">2<BR/>free' in engine.kv.to_dot(), "drained: blocks held by the tree alone"
     sid = engine.add_request(list(range(9)) + [99] * 6, SamplingParams(max_new_tokens=4))
     engine.step()
     dot = engine.kv.to_dot()
-    assert f'"seq{sid}" -> "n' in dot and "last_node" in dot and "<b0> 0\\nref 2" in dot, dot
-    assert '"n1" -> "pool0":b0' in dot, "a node points at the blocks it owns"
+    assert f'"seq{sid}" -> "n' in dot and "last_node" in dot and '"b0" BGCOLOR="#fde293">0<BR/>ref 2' in dot, dot
+    assert '"n1" -> "pool":b0' in dot, "a node points at the blocks it owns"
     assert dot == engine.kv.to_dot(), "deterministic"
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import settings
 
 from step05_bridge import BridgeEngine, BridgeEngineConfig
-from tests.machines import MODEL, EngineMachine, check_tree_drained
+from tests.driver import check_drained
+from tests.machines import MODEL, EngineMachine
 
 
 class BridgeEngineMachine(EngineMachine):
@@ -20,7 +21,7 @@ class BridgeEngineMachine(EngineMachine):
         assert out.num_cached_tokens % self.block_size == 0, "hits are whole blocks"
 
     def check_drained(self):
-        check_tree_drained(self.engine)
+        check_drained(self.engine)
 
 
 class OddBlockBridgeMachine(BridgeEngineMachine):

@@ -1,0 +1,43 @@
+"""On the real SmolLM2: seed 003's scenario through the bridge, and the demo's answer equal to step01's."""
+from __future__ import annotations
+
+import pytest
+
+from course.workloads import get_workload
+from step01_kvcache.generate import SamplingParams
+from step05_bridge import BridgeEngine, BridgeEngineConfig
+from tests.driver import check_drained, drive_checked
+
+
+@pytest.mark.slow
+def test_seed003_hits_like_the_block_hash_identical_and_clean(real_model, tokenizer):
+    """Seed 003's expected run with 16-token blocks: round 1, every request but the first reuses the shared
+    prefix's full blocks (9/10); round 2, all do (10/10), up to their last full block before the final token.
+    Outputs equal the cache-off engine's. Afterwards no lock is held and every cached block has ref_count 1:
+    the tree is its only holder."""
+    prompts = get_workload("seed003").prompts(tokenizer)
+    params = SamplingParams(max_new_tokens=4)
+    cfg = BridgeEngineConfig(num_blocks=160, block_size=16)
+    engine = BridgeEngine(real_model, cfg)
+    rounds = [[drive_checked(engine, [p], params)[0] for p in prompts] for _ in range(2)]
+    assert [sum(o.num_cached_tokens > 0 for o in r) / len(r) for r in rounds] == [0.9, 1.0]
+    shared = 437 // 16 * 16  # the workload's shared prefix, in whole blocks
+    assert [o.num_cached_tokens for o in rounds[0]] == [0] + [shared] * 9
+    assert [o.num_cached_tokens for o in rounds[1]] == [(len(p) - 1) // 16 * 16 for p in prompts]
+    off = BridgeEngine(real_model, BridgeEngineConfig(num_blocks=160, block_size=16, enable_radix_cache=False))
+    expected = [o.output_ids for o in off.generate(prompts, params)]
+    assert [o.output_ids for o in rounds[0]] == [o.output_ids for o in rounds[1]] == expected
+    check_drained(engine)
+    assert all(engine.kv.block_manager.ref_count[b] == 1 for b in engine.tree.all_slots())
+
+
+@pytest.mark.slow
+def test_demo_answer_only_matches_step01(capsys):
+    from step01_kvcache.__main__ import main as step01_main
+    from step05_bridge.__main__ import main as step05_main
+
+    assert step01_main(["--answer-only", "--max-new-tokens", "12"]) == 0
+    theirs = capsys.readouterr().out
+    assert step05_main(["--answer-only", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == theirs and theirs.strip()
+    assert step05_main(["--block-size", "0", "--answer-only"]) == 2
