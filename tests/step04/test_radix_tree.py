@@ -278,7 +278,7 @@ def test_common_prefix_len(n, cut):
 def test_slot_ranges():
     assert slot_ranges([0, 1, 2, 7, 8, 10]) == "0-2,7-8,10"
     assert slot_ranges([5, 3, 1, 9]) == "5,3,1,+1 runs"
-    assert slot_ranges([]) == ""
+    assert slot_ranges([]) == "none"
 
 
 def decode(ids: list[int]) -> str:
