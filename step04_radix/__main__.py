@@ -14,14 +14,18 @@ from .engine import RadixEngine, RadixEngineConfig
 BATCH = 3  # requests submitted together: while they run, their prefixes are locked
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = demo_parser(__doc__)
+def workload_parser(doc: str):
+    """The demo's arguments plus the shared workload to run after the user's prompt."""
+    parser = demo_parser(doc)
     parser.add_argument("--workload", default="short", choices=[*WORKLOADS, "none"],
                         help="shared workload to run after the prompt (default: short)")
     parser.add_argument("--workload-new-tokens", type=int, default=12, help="tokens generated per workload request")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = workload_parser(__doc__).parse_args(argv)
     model, tok, load_s = timed_load(args.model)
-    stops = stop_ids(tok)
     engine = RadixEngine(model, RadixEngineConfig(num_blocks=8192))
     asked = ask_twice(engine, tok, args)
     if not isinstance(asked, tuple):
@@ -31,14 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"answer: {tok.decode(first.output_ids, skip_special_tokens=True)}\n")
     report_asks(ids, first, second)
     print("the last prompt token is always recomputed to get its logits\n")
-
-    def decode(ids: list[int]) -> str:
-        return tok.decode(ids)
-
-    if args.workload != "none":
-        run_workload(engine, args.workload, SamplingParams(max_new_tokens=args.workload_new_tokens,
-                                                           stop_token_ids=stops), decode)
-    engine.check_invariants()
+    decode = run_demo_workload(engine, args, tok)
     print("\nthe tree after everything (every lock released; yellow in the notebook = evictable leaves):")
     print(engine.tree.to_text(decode))
     return 0
@@ -66,6 +63,18 @@ def report_asks(ids: list[int], first, second) -> None:
               f"({out.num_cached_tokens / len(ids):.1%}), TTFT {out.ttft_s * 1e3:.0f} ms")
     same = "identical" if second.output_ids == first.output_ids else "DIFFERENT (a bug!)"
     print(f"second answer: {same}")
+
+
+def run_demo_workload(engine: RadixEngine, args, tok):
+    """Run `--workload` (unless 'none') after the asks, check every invariant; returns the token decoder."""
+    def decode(ids: list[int]) -> str:
+        return tok.decode(ids)
+
+    if args.workload != "none":
+        params = SamplingParams(max_new_tokens=args.workload_new_tokens, stop_token_ids=stop_ids(tok))
+        run_workload(engine, args.workload, params, decode)
+    engine.check_invariants()
+    return decode
 
 
 def run_workload(engine: RadixEngine, name: str, params: SamplingParams, decode) -> None:

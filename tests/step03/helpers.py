@@ -25,6 +25,15 @@ def compute(kv: PrefixCachingKVCacheManager, seq: HashedSequence, upto: int | No
     kv.on_computed(seq)
 
 
+def prefilled(kv: PrefixCachingKVCacheManager, seq_id: int, tokens: list[int], block_size: int = 4,
+              salt: str | None = None) -> HashedSequence:
+    """A request admitted and run through its whole prompt: its full blocks are now published."""
+    seq = hseq(seq_id, tokens, block_size, salt)
+    admit(kv, seq)
+    compute(kv, seq)
+    return seq
+
+
 def snapshot(kv: PrefixCachingKVCacheManager):
     bm = kv.block_manager
     return list(bm.ref_count), list(bm.free_blocks), dict(bm.cached), [list(s.block_table) for s in kv.holders.values()]

@@ -6,7 +6,7 @@ import pytest
 
 from step03_prefix_hash import PrefixCachingKVCacheManager
 
-from .helpers import admit, compute, hseq, snapshot
+from .helpers import admit, compute, hseq, prefilled, snapshot
 
 BS = 4
 
@@ -18,9 +18,7 @@ def kv_with(num_blocks: int = 16) -> PrefixCachingKVCacheManager:
 @pytest.mark.task("task3.lookup")
 def test_hit_raises_ref_count_to_two():
     kv = kv_with()
-    a = hseq(0, list(range(10)))
-    admit(kv, a)
-    compute(kv, a)
+    a = prefilled(kv, 0, list(range(10)))
     b = hseq(1, list(range(8)) + [50, 51, 52])
     assert admit(kv, b) == 8
     assert b.block_table[:2] == a.block_table[:2] and b.block_table[2] != a.block_table[2]
@@ -63,9 +61,7 @@ def test_blocks_are_published_only_once_computed():
 @pytest.mark.task("task3.publish")
 def test_block_filled_during_decode_becomes_cached():
     kv = kv_with()
-    a = hseq(0, list(range(6)))
-    admit(kv, a)
-    compute(kv, a)
+    a = prefilled(kv, 0, list(range(6)))
     assert kv.block_manager.num_cached == 1
     for t in (100, 101):  # decode: sample a token, run it next step
         a.append_token(t)
@@ -82,9 +78,7 @@ def test_block_filled_during_decode_becomes_cached():
 @pytest.mark.task("task3.lookup")
 def test_full_hit_prompt_still_computes_its_last_token():
     kv = kv_with()
-    a = hseq(0, list(range(8)))
-    admit(kv, a)
-    compute(kv, a)
+    prefilled(kv, 0, list(range(8)))
     assert kv.block_manager.num_cached == 2
     same = hseq(1, list(range(8)))
     blocks, hit = kv.get_computed_blocks(same)
@@ -98,9 +92,7 @@ def test_full_hit_prompt_still_computes_its_last_token():
 @pytest.mark.task("task3.lookup")
 def test_lookup_stops_at_the_first_miss():
     kv = kv_with()
-    a = hseq(0, list(range(12)))
-    admit(kv, a)
-    compute(kv, a)
+    a = prefilled(kv, 0, list(range(12)))
     b = hseq(1, [0, 1, 2, 3, 99, 5, 6, 7, 8, 9, 10, 11, 12])  # block 1 differs, so block 2 differs too
     assert kv.get_computed_blocks(b) == ([a.block_table[0]], 4)
 
@@ -108,9 +100,7 @@ def test_lookup_stops_at_the_first_miss():
 @pytest.mark.task("task3.lookup")
 def test_other_salt_never_hits():
     kv = kv_with()
-    a = hseq(0, list(range(9)), salt="alice")
-    admit(kv, a)
-    compute(kv, a)
+    prefilled(kv, 0, list(range(9)), salt="alice")
     assert kv.get_computed_blocks(hseq(1, list(range(9)), salt="bob"))[1] == 0
     assert kv.get_computed_blocks(hseq(2, list(range(9))))[1] == 0
     assert kv.get_computed_blocks(hseq(3, list(range(9)), salt="alice"))[1] == 8
@@ -119,9 +109,7 @@ def test_other_salt_never_hits():
 @pytest.mark.task("task3.lookup")
 def test_touched_hit_leaves_the_free_queue():
     kv = kv_with(6)
-    a = hseq(0, list(range(9)))
-    admit(kv, a)
-    compute(kv, a)
+    a = prefilled(kv, 0, list(range(9)))
     hits = a.block_table[:2]
     kv.free(a)
     bm = kv.block_manager
@@ -155,9 +143,7 @@ def test_a_hit_is_never_evicted_by_its_own_allocation():
 @pytest.mark.task("task3.lookup")
 def test_failed_allocation_leaves_ref_counts_unchanged():
     kv = kv_with(4)
-    a = hseq(0, list(range(12)))
-    admit(kv, a)
-    compute(kv, a)
+    a = prefilled(kv, 0, list(range(12)))
     kv.free(a)  # 3 cached free blocks + 1 never used
     held = hseq(1, [200])
     admit(kv, held)  # takes block 3, the front of the queue [3, 2, 1, 0]: 3 blocks stay free
@@ -172,9 +158,7 @@ def test_failed_allocation_leaves_ref_counts_unchanged():
 
 def test_reset_only_when_idle():
     kv = kv_with()
-    a = hseq(0, list(range(9)))
-    admit(kv, a)
-    compute(kv, a)
+    a = prefilled(kv, 0, list(range(9)))
     before = snapshot(kv)
     with pytest.raises(RuntimeError, match="hold blocks"):
         kv.reset()
@@ -187,9 +171,7 @@ def test_reset_only_when_idle():
 
 def test_cache_off_finds_nothing_and_publishes_nothing():
     kv = PrefixCachingKVCacheManager(8, BS, enable_caching=False)
-    a = hseq(0, list(range(9)))
-    admit(kv, a)
-    compute(kv, a)
+    prefilled(kv, 0, list(range(9)))
     assert kv.block_manager.num_cached == 0 and kv.get_computed_blocks(hseq(1, list(range(9)))) == ([], 0)
 
 
@@ -213,9 +195,7 @@ def test_stats_count_each_request_once():
 
 def test_invariants_catch_a_block_at_the_wrong_position():
     kv = kv_with()
-    a = hseq(0, list(range(8)))
-    admit(kv, a)
-    compute(kv, a)
+    a = prefilled(kv, 0, list(range(8)))
     a.block_table.reverse()  # the table now lists block 1's content at position 0
     with pytest.raises(AssertionError, match="content differs"):
         kv.check_invariants()
