@@ -97,10 +97,10 @@ class RadixKVCacheManager(KVCacheManager):
     def _share(self, blocks: list[int]) -> None:
         """No per-slot count for a shared prefix: the lock on `last_node` keeps it alive (see the module doc)."""
 
-    def evict(self, num_tokens: int) -> int:
-        """Free at least `num_tokens` slots from unlocked leaves, least recently used first (fewer if the
-        tree has fewer evictable tokens). Returns the number freed."""
-        freed = self.tree.evict(num_tokens, self.block_manager.release)
+    def evict(self, num: int) -> int:
+        """Free at least `num` slots (blocks, in chapter 5) from unlocked leaves, least recently used first
+        (fewer if the tree holds fewer unlocked ones). Returns the number freed."""
+        freed = self.tree.evict(num, self.block_manager.release)
         self.num_evicted += freed
         return freed
 
@@ -124,7 +124,7 @@ class RadixKVCacheManager(KVCacheManager):
         """Give the computed prefix to the tree and keep using it through a lock on its last node."""
         n = self._insert(seq)
         slots, node = self.tree.match_prefix(seq.all_token_ids[:n])
-        assert len(slots) == self.tree._span(0, n), "the tokens just inserted must match in full"
+        assert len(slots) == self.tree.span(0, n), "the tokens just inserted must match in full"
         self._use_tree_values(seq, slots)
         self.tree.inc_lock_ref(node)
         self.tree.dec_lock_ref(seq.last_node)
@@ -159,7 +159,7 @@ class RadixKVCacheManager(KVCacheManager):
     # ---- accounting --------------------------------------------------------------------------------------
     def private_slots(self, seq: RadixSequence) -> list[int]:
         """The part of the block table that is the request's own, after the tree's part."""
-        return seq.block_table[self.tree._span(0, seq.cache_protected_len):]
+        return seq.block_table[self.tree.span(0, seq.cache_protected_len):]
 
     def expected_ref_counts(self) -> Counter:
         """One count per owner: the tree for its slots, a request for its private slots."""
@@ -189,7 +189,7 @@ class RadixKVCacheManager(KVCacheManager):
             assert node is not None and tree.contains(node), f"sequence {seq.seq_id} holds no node of the tree"
             assert seq.cache_protected_len == tree.depth(node), \
                 f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
-            assert seq.block_table[: tree._span(0, seq.cache_protected_len)] == tree.prefix_slots(node), \
+            assert seq.block_table[: tree.span(0, seq.cache_protected_len)] == tree.prefix_slots(node), \
                 f"sequence {seq.seq_id}: block table does not start with the tree's {tree.value_name} of its prefix"
             assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
                 f"sequence {seq.seq_id}: its last_node's path is not its own prefix"

@@ -77,7 +77,7 @@ class RadixTree:
     def __init__(self) -> None:
         self.reset()
 
-    def _span(self, start: int, end: int) -> int:
+    def span(self, start: int, end: int) -> int:
         """How many `value` entries an edge covering path positions [start, end) holds: one slot per token.
         Chapter 5 overrides this single rule to put whole blocks, not slots, on the edges."""
         return end - start
@@ -154,8 +154,8 @@ class RadixTree:
         the ones it does not share with the tree. The rest, slots[returned:], now belong to the tree.
         """
         tokens, slots = _as_list(tokens), _as_list(slots)
-        if len(slots) != self._span(0, len(tokens)):
-            raise ValueError(f"{len(tokens)} tokens need {self._span(0, len(tokens))} {self.value_name}, "
+        if len(slots) != self.span(0, len(tokens)):
+            raise ValueError(f"{len(tokens)} tokens need {self.span(0, len(tokens))} {self.value_name}, "
                              f"got {len(slots)}")
         # BEGIN SOLUTION task4.insert
         now = self._tick()
@@ -165,7 +165,7 @@ class RadixTree:
         while pos < len(tokens):
             child = node.children.get(tokens[pos])
             if child is None:
-                self._add_leaf(node, tokens[pos:], slots[self._span(0, pos):])
+                self._add_leaf(node, tokens[pos:], slots[self.span(0, pos):])
                 break
             child.last_access = now
             n = common_prefix_len(child.key, tokens, pos)
@@ -186,7 +186,7 @@ class RadixTree:
         # BEGIN SOLUTION task4.insert
         parent = child.parent
         start = self.depth(parent)  # path position of child's first token
-        k = self._span(start, start + split_len)  # value entries that go with the first part
+        k = self.span(start, start + split_len)  # value entries that go with the first part
         new = self._new_node(child.key[:split_len], child.value[:k], parent)
         new.lock_ref = child.lock_ref
         new.last_access = child.last_access
@@ -355,7 +355,7 @@ class RadixTree:
                 stack.append((child, start + len(node.key)))
             if node is root:
                 continue
-            span = self._span(start, start + len(node.key))
+            span = self.span(start, start + len(node.key))
             assert len(node.value) == span, \
                 f"{node!r}: {len(node.key)} tokens from position {start} need {span} {self.value_name}, " \
                 f"has {len(node.value)}"

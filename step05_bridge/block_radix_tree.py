@@ -16,7 +16,7 @@ path positions [start, end) therefore owns
 
 The tokens of a prefix's last, partial block are in the tree (they route) but their K/V are not shared:
 that block belongs to the edge below, or to nobody yet. Everything else (match, insert, split, locks,
-LRU eviction, drawings, invariants) is chapter 4's code, which asks `_span` how many values an edge holds.
+LRU eviction, drawings, invariants) is chapter 4's code, which asks `span` how many values an edge holds.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class BlockRadixTree(RadixTree):
         self.block_size = block_size
         super().__init__()
 
-    def _span(self, start: int, end: int) -> int:
+    def span(self, start: int, end: int) -> int:
         """Blocks owned by an edge over path positions [start, end): those whose last token lies inside."""
         # BEGIN SOLUTION task5.span
         return end // self.block_size - start // self.block_size

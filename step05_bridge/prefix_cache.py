@@ -123,7 +123,7 @@ class PrefixCache(RadixKVCacheManager):
     # ---- pictures ----------------------------------------------------------------------------------------
     def _describe(self, seq: RadixSequence) -> str:
         refs = [self.block_manager.ref_count[b] for b in seq.block_table]
-        shared = self.tree._span(0, seq.cache_protected_len)
+        shared = self.tree.span(0, seq.cache_protected_len)
         return (f"seq {seq.seq_id}: locks node #{seq.last_node.id} ({seq.cache_protected_len} tokens in the tree); "
                 f"block_table {seq.block_table[:shared]} from the tree + {seq.block_table[shared:]} its own; "
                 f"ref_counts {refs}")
