@@ -45,3 +45,45 @@ def with_reference(model, prompts: list[list[int]], new_tokens: int):
     """(prompts, params, step01's greedy answers): what every engine must reproduce token for token."""
     params = SamplingParams(max_new_tokens=new_tokens)
     return prompts, params, [generate(model, p, params) for p in prompts]
+
+
+def drive_to_end(engine) -> dict:
+    """Step until drained, `check_invariants()` after each step; the finished outputs by seq_id."""
+    outs = {}
+    while engine.has_unfinished():
+        outs.update((o.seq_id, o) for o in engine.step())
+        engine.check_invariants()
+    return outs
+
+
+def peak_blocks_off_and_on(make_engine, prompts, params) -> dict[bool, int]:
+    """Peak blocks held while `prompts` run together, cache off and on, after one of them warmed the cache."""
+    peaks = {}
+    for on in (False, True):
+        engine = make_engine(on)
+        run_drained(engine, prompts[:1], params)
+        engine.stats.peak_blocks = 0
+        run_drained(engine, prompts, params)
+        peaks[on] = engine.stats.peak_blocks
+    return peaks
+
+
+def run_twice_under_pressure(engine, reference) -> list:
+    """Two rounds of the reference prompts on a small pool: answers must equal step01's both times."""
+    prompts, params, expected = reference
+    for _ in range(2):
+        outs = run_drained(engine, prompts, params)
+        assert [o.output_ids for o in outs] == expected
+    assert engine.kv.num_evicted > 0, "the pool was meant to be too small to keep everything cached"
+    return outs
+
+
+def demo_answer_matches_step01(chapter_main, capsys, new_tokens: int = 12) -> None:
+    """`python -m stepNN --answer-only` prints exactly what chapter 1's demo prints."""
+    from step01_kvcache.__main__ import main as step01_main
+
+    argv = ["--answer-only", "--max-new-tokens", str(new_tokens)]
+    assert step01_main(argv) == 0
+    theirs = capsys.readouterr().out
+    assert chapter_main(argv) == 0
+    assert capsys.readouterr().out == theirs and theirs.strip()

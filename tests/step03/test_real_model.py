@@ -6,6 +6,7 @@ import pytest
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
 from step03_prefix_hash import Engine, EngineConfig
+from tests.driver import demo_answer_matches_step01
 
 from .helpers import assert_drained, run_checked
 
@@ -34,11 +35,6 @@ def test_seed003_round1_90_percent_round2_100_percent_identical_and_clean(real_m
 
 @pytest.mark.slow
 def test_demo_answer_only_matches_step01(capsys):
-    from step01_kvcache.__main__ import main as step01_main
-    from step03_prefix_hash.__main__ import main as step03_main
+    from step03_prefix_hash.__main__ import main
 
-    argv = ["--answer-only", "--max-new-tokens", "12"]
-    assert step01_main(argv) == 0
-    ours_01 = capsys.readouterr().out
-    assert step03_main(argv) == 0
-    assert capsys.readouterr().out == ours_01 and ours_01.strip()
+    demo_answer_matches_step01(main, capsys)

@@ -10,8 +10,15 @@ from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import EngineConfig, KVCacheManager
 from step04_radix import RadixEngine, RadixEngineConfig, RadixKVCacheManager
+from tests.driver import (
+    demo_answer_matches_step01,
+    drive_to_end,
+    peak_blocks_off_and_on,
+    run_twice_under_pressure,
+    shared_prompts,
+    with_reference,
+)
 from tests.driver import run_drained as run_checked
-from tests.driver import shared_prompts, with_reference
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +79,7 @@ def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
     seq_a = engine.seqs[a]
     assert seq_a.cache_protected_len == 32 and engine.tree.protected_size == 32
     b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
-    outs = {}
-    while engine.has_unfinished():
-        outs.update((o.seq_id, o) for o in engine.step())
-        engine.check_invariants()
+    outs = drive_to_end(engine)
     assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens computed by a's chunks"
     assert outs[b].output_ids == generate(model, stem + [9], SamplingParams(max_new_tokens=4))
 
@@ -83,25 +87,15 @@ def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
 def test_shared_prefix_is_held_once(model):
     prompts = [list(range(60)) + [200 + i] for i in range(4)]
     params = SamplingParams(max_new_tokens=3)
-    peaks = {}
-    for on in (False, True):
-        engine = RadixEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256))
-        run_checked(engine, prompts[:1], params)  # warm the cache with the stem
-        engine.stats.peak_blocks = 0
-        run_checked(engine, prompts, params)
-        peaks[on] = engine.stats.peak_blocks
+    peaks = peak_blocks_off_and_on(
+        lambda on: RadixEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256)), prompts, params)
     assert peaks[True] < peaks[False] / 2, peaks  # the 60 stem tokens: one locked copy instead of one per request
 
 
 @pytest.mark.task("task4.evict")
 @pytest.mark.parametrize("slots", [90, 130])
 def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, slots):
-    prompts, params, expected = reference
-    engine = RadixEngine(model, config(num_blocks=slots, max_num_seqs=4))
-    for _ in range(2):
-        outs = run_checked(engine, prompts, params)
-        assert [o.output_ids for o in outs] == expected
-    assert engine.kv.num_evicted > 0, "the pool was meant to be too small to keep everything cached"
+    outs = run_twice_under_pressure(RadixEngine(model, config(num_blocks=slots, max_num_seqs=4)), reference)
     if slots == 90:
         assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to force preemption"
 
@@ -231,10 +225,6 @@ def test_real_model_bench_short_and_diverge():
 
 @pytest.mark.slow
 def test_demo_answer_only_matches_step01(capsys):
-    from step01_kvcache.__main__ import main as step01_main
-    from step04_radix.__main__ import main as step04_main
+    from step04_radix.__main__ import main
 
-    assert step01_main(["--answer-only", "--max-new-tokens", "12"]) == 0
-    theirs = capsys.readouterr().out
-    assert step04_main(["--answer-only", "--max-new-tokens", "12"]) == 0
-    assert capsys.readouterr().out == theirs and theirs.strip()
+    demo_answer_matches_step01(main, capsys)

@@ -13,7 +13,14 @@ from step03_prefix_hash import Engine as HashEngine
 from step03_prefix_hash import EngineConfig as HashEngineConfig
 from step04_radix import RadixEngine, RadixEngineConfig
 from step05_bridge import BridgeEngine, BridgeEngineConfig, PrefixCache
-from tests.driver import drive_checked, shared_prompts, with_reference
+from tests.driver import (
+    drive_checked,
+    drive_to_end,
+    peak_blocks_off_and_on,
+    run_twice_under_pressure,
+    shared_prompts,
+    with_reference,
+)
 from tests.driver import run_drained as run_checked
 
 
@@ -78,10 +85,7 @@ def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
     engine.step()  # a has computed 32 tokens: 8 full blocks in the tree, a locks them
     assert engine.kv.num_cached_blocks == 8 and engine.tree.protected_size == 32
     b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
-    outs = {}
-    while engine.has_unfinished():
-        outs.update((o.seq_id, o) for o in engine.step())
-        engine.check_invariants()
+    outs = drive_to_end(engine)
     assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens (12 blocks) computed by a's chunks"
     assert outs[b].output_ids == generate(model, stem + [9], SamplingParams(max_new_tokens=4))
 
@@ -89,25 +93,15 @@ def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
 def test_shared_prefix_is_held_once(model):
     prompts = [list(range(64)) + [200 + i] for i in range(4)]
     params = SamplingParams(max_new_tokens=3)
-    peaks = {}
-    for on in (False, True):
-        engine = BridgeEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256))
-        run_checked(engine, prompts[:1], params)
-        engine.stats.peak_blocks = 0
-        run_checked(engine, prompts, params)
-        peaks[on] = engine.stats.peak_blocks
+    peaks = peak_blocks_off_and_on(
+        lambda on: BridgeEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256)), prompts, params)
     assert peaks[True] < peaks[False] / 2, peaks
 
 
 @pytest.mark.task("task5.release")
 @pytest.mark.parametrize("blocks", [24, 34])
 def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, blocks):
-    prompts, params, expected = reference
-    engine = BridgeEngine(model, config(num_blocks=blocks, max_num_seqs=4))
-    for _ in range(2):
-        outs = run_checked(engine, prompts, params)
-        assert [o.output_ids for o in outs] == expected
-    assert engine.kv.num_evicted > 0, "the pool was meant to be too small to keep everything cached"
+    outs = run_twice_under_pressure(BridgeEngine(model, config(num_blocks=blocks, max_num_seqs=4)), reference)
     if blocks == 24:
         assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to force preemption"
 
