@@ -15,7 +15,7 @@ from step01_kvcache.model import Transformer
 
 from .kv_cache_manager import KVCacheManager, cdiv
 from .kv_pool import KVPool
-from .paged_attention import AttentionMetadata, PagedAttention
+from .paged_attention import PagedAttention
 from .scheduler import Scheduler, SchedulerConfig
 from .sequence import Sequence, SequenceStatus
 
@@ -66,8 +66,12 @@ class EngineStats:
 
 
 class Engine:
-    def __init__(self, model: Transformer, config: EngineConfig = EngineConfig()) -> None:
-        self.model, self.config = model, config
+    """`attention` is the KV store a step runs on: any class with `for_step(pool, block_tables, num_computed,
+    num_new)` returning a KVStore that also knows the step's `positions` (chapter 1's seam)."""
+
+    def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
+                 attention: type[PagedAttention] = PagedAttention) -> None:
+        self.model, self.config, self.attention = model, config, attention
         self.kv = self._make_kv_cache_manager()
         self.pool = KVPool(model.config, config.num_blocks, config.block_size, model.dtype, model.device)
         self.scheduler = Scheduler(config.scheduler_config(), self.kv)
@@ -124,11 +128,10 @@ class Engine:
         self.last_scheduled = [(s.seq_id, n) for s, n in batch]
         seqs = [s for s, _ in batch]
         counts = [n for _, n in batch]
-        md = AttentionMetadata.build([s.block_table for s in seqs], [s.num_computed_tokens for s in seqs],
-                                     counts, self.config.block_size, self.model.device)
+        kv = self.attention.for_step(self.pool, [s.block_table for s in seqs],
+                                     [s.num_computed_tokens for s in seqs], counts)
         tokens = [t for s, n in batch for t in s.all_token_ids[s.num_computed_tokens: s.num_computed_tokens + n]]
-        hidden = self.model(torch.tensor(tokens, device=self.model.device), md.positions,
-                            PagedAttention(self.pool, md))
+        hidden = self.model(torch.tensor(tokens, device=self.model.device), kv.positions, kv)
         ends = torch.tensor(counts).cumsum(0) - 1  # last row of each sequence
         sampling = [i for i, (s, n) in enumerate(batch) if s.num_computed_tokens + n == s.num_tokens]
         logits = self.model.compute_logits(hidden[ends[sampling]]) if sampling else None

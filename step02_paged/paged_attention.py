@@ -74,6 +74,18 @@ class PagedAttention:
     def __init__(self, pool: KVPool, metadata: AttentionMetadata) -> None:
         self.pool, self.md = pool, metadata
 
+    @classmethod
+    def for_step(cls, pool: KVPool, block_tables: list[list[int]], num_computed: list[int],
+                 num_new: list[int]) -> PagedAttention:
+        """The KV store of one engine step: its metadata is built once here and shared by every layer."""
+        return cls(pool, AttentionMetadata.build(block_tables, num_computed, num_new, pool.block_size,
+                                                 pool.k.device))
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Absolute position of every new token of the step (the model's RoPE input)."""
+        return self.md.positions
+
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         md = self.md
         self.pool.store(layer, md.slot_mapping, k, v)

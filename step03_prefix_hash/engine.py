@@ -14,6 +14,7 @@ import torch
 from step01_kvcache.generate import SamplingParams
 from step01_kvcache.model import Transformer
 from step02_paged import engine as paged
+from step02_paged.paged_attention import PagedAttention
 from step02_paged.sequence import Sequence
 
 from .kv_cache_manager import PrefixCachingKVCacheManager
@@ -32,13 +33,13 @@ class Engine(paged.Engine):
     config: EngineConfig
 
     def __init__(self, model: Transformer, config: paged.EngineConfig = EngineConfig(),
-                 prefix_caching: bool | None = None) -> None:
+                 prefix_caching: bool | None = None, attention: type[PagedAttention] = PagedAttention) -> None:
         if not isinstance(config, EngineConfig):  # a chapter 2 config: same fields, caching on
             config = EngineConfig(**{f.name: getattr(config, f.name) for f in fields(paged.EngineConfig)})
         if prefix_caching is not None:
             config = replace(config, enable_prefix_caching=prefix_caching)
         self._salt: str | None = None
-        super().__init__(model, config)
+        super().__init__(model, config, attention)
 
     @property
     def prefix_caching(self) -> bool:

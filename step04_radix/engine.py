@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from step01_kvcache.generate import SamplingParams
 from step02_paged.engine import Engine, EngineConfig
 from step02_paged.kv_cache_manager import KVCacheManager
+from step02_paged.paged_attention import PagedAttention
 
 from .radix_cache import RadixKVCacheManager, RadixSequence
 from .radix_tree import RadixTree
@@ -39,10 +40,11 @@ class RadixEngineConfig(EngineConfig):
 class RadixEngine(Engine):
     cache_class = RadixKVCacheManager  # chapter 5 swaps in its block-level bridge
 
-    def __init__(self, model, config: RadixEngineConfig = RadixEngineConfig()) -> None:
+    def __init__(self, model, config: RadixEngineConfig = RadixEngineConfig(),
+                 attention: type[PagedAttention] = PagedAttention) -> None:
         if not isinstance(config, RadixEngineConfig):
             raise TypeError(f"RadixEngine needs a RadixEngineConfig, got {type(config).__name__}")
-        super().__init__(model, config)
+        super().__init__(model, config, attention)
 
     def _make_kv_cache_manager(self) -> KVCacheManager:
         cfg = self.config

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from step02_paged.engine import EngineConfig
+from step02_paged.paged_attention import PagedAttention
 from step04_radix.engine import RadixEngine, RadixEngineConfig
 
 from .prefix_cache import PrefixCache
@@ -26,7 +27,8 @@ class BridgeEngineConfig(RadixEngineConfig):
 class BridgeEngine(RadixEngine):
     cache_class = PrefixCache
 
-    def __init__(self, model, config: BridgeEngineConfig = BridgeEngineConfig()) -> None:
+    def __init__(self, model, config: BridgeEngineConfig = BridgeEngineConfig(),
+                 attention: type[PagedAttention] = PagedAttention) -> None:
         if not isinstance(config, BridgeEngineConfig):
             raise TypeError(f"BridgeEngine needs a BridgeEngineConfig, got {type(config).__name__}")
-        super().__init__(model, config)
+        super().__init__(model, config, attention)
