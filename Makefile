@@ -32,6 +32,8 @@ bench: .venv/.installed
 	done; done
 	$(PY) -m step04_radix.bench --workloads diverge short | tail -1
 	$(PY) -m step05_bridge.bench | tail -1
+	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --sweep --json --out step06_triton/results/h200.json"
+	$(PY) -m step06_triton.report
 
 lint: .venv/.installed
 	.venv/bin/ruff check .

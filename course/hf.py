@@ -36,13 +36,14 @@ def from_hf_config(hf: dict) -> ModelConfig:
     )
 
 
-def to_hf_model(model: Transformer):
-    """A `LlamaForCausalLM` holding exactly our weights (fp32, eager attention)."""
+def to_hf_model(model: Transformer, attn_implementation: str = "eager"):
+    """A `LlamaForCausalLM` holding exactly our weights, in our dtype, on our device. Eager attention is the
+    logits oracle (plain matmuls); "sdpa" is Hugging Face's default, the fair baseline for timings."""
     from transformers import LlamaForCausalLM
 
     hf_cfg = to_hf_config(model.config)
-    hf_cfg._attn_implementation = "eager"
-    hf = LlamaForCausalLM(hf_cfg).to(model.dtype).eval()
+    hf_cfg._attn_implementation = attn_implementation
+    hf = LlamaForCausalLM(hf_cfg).to(device=model.device, dtype=model.dtype).eval()
     missing, unexpected = hf.load_state_dict(to_hf_state_dict(model.state_dict()), strict=False)
     allowed = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
     if set(missing) - allowed or unexpected:

@@ -6,6 +6,12 @@ import torch
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
 
+# SmolLM2-135M-Instruct's architecture (as its GGUF file declares it; a slow test checks): random weights of this
+# shape stand in for the real ones where the weights cannot travel (the GPU machine of chapter 6).
+SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
+                    num_kv_heads=3, head_dim=64, rope_theta=100000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
+                    tie_word_embeddings=True)
+
 
 def tiny_config(num_heads: int = 4, num_kv_heads: int = 2, **overrides) -> ModelConfig:
     """A 2-layer Llama with GQA (4 query heads over 2 KV heads by default) and a 256-token vocabulary."""

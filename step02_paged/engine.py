@@ -139,9 +139,11 @@ class Engine:
         for seq, n in batch:
             seq.num_computed_tokens += n
             self.kv.on_computed(seq)
+        greedy = logits.argmax(-1).tolist() if sampling else []  # one device -> host copy for the whole batch
         for row, i in enumerate(sampling):
             seq = seqs[i]
-            seq.append_token(sample_next(logits[row], seq.params, seq.generator))
+            token = greedy[row] if seq.params.temperature == 0 else sample_next(logits[row], seq.params, seq.generator)
+            seq.append_token(token)
             if seq.is_finished:
                 self.scheduler.finish(seq)
                 finished.append(self._retire(seq))

@@ -12,10 +12,8 @@ def block_table_tensor(block_tables: list[list[int]], device: torch.device | str
     """Ragged block tables padded with 0 into one [batch, max_blocks] int64 tensor (padding is never read
     unmasked)."""
     width = max((len(t) for t in block_tables), default=0) or 1
-    out = torch.zeros(len(block_tables), width, dtype=torch.long)
-    for i, table in enumerate(block_tables):
-        out[i, : len(table)] = torch.tensor(table, dtype=torch.long)
-    return out.to(device)
+    rows = [table + [0] * (width - len(table)) for table in block_tables]
+    return torch.tensor(rows, dtype=torch.long, device=device).view(len(block_tables), width)
 
 
 def slot_mapping(block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor,

@@ -1,0 +1,76 @@
+"""Pictures of chapter 6 (DOT source; `python -m step06_triton.pictures` writes figures/split_kv.{dot,svg}).
+
+`split_kv_dot` draws one sequence's split-KV decode: which program (one per KV head and split) walks which
+tiles of the context, and where each tile's tokens live in the pool through the block table.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from course.draw import Dot, render_svg
+
+FIGURES = Path(__file__).parent / "figures"
+SPLIT_COLORS = ["#fde293", "#ceead6", "#d2e3fc", "#f6aea9", "#e6d3f5", "#fbd2b4"]
+
+
+def split_ranges(seq_len: int, num_splits: int, block_n: int) -> list[tuple[int, int]]:
+    """[start, end) of each split, as `_decode_split_kernel` cuts them: whole tiles, the last splits may be empty."""
+    tiles = -(-seq_len // block_n)
+    split_len = -(-tiles // num_splits) * block_n
+    return [(min(s * split_len, seq_len), min((s + 1) * split_len, seq_len)) for s in range(num_splits)]
+
+
+def split_kv_dot(block_table: list[int], seq_len: int, block_size: int, num_splits: int, block_n: int,
+                 num_blocks: int, name: str = "split_kv") -> str:
+    """Programs (top) -> the logical blocks they read (middle, the block table) -> physical blocks (bottom)."""
+    if len(block_table) * block_size < seq_len:
+        raise ValueError(f"a block table of {len(block_table)} blocks cannot hold {seq_len} tokens")
+    dot = Dot(name, rankdir="TB", nodesep="0.1", ranksep="0.5")
+    ranges = split_ranges(seq_len, num_splits, block_n)
+    owner = {}  # logical block -> split that reads it
+    for s, (start, end) in enumerate(ranges):
+        color = SPLIT_COLORS[s % len(SPLIT_COLORS)]
+        label = f"program split {s}\ntokens {start}..{end - 1}" if end > start else f"program split {s}\n(no keys)"
+        dot.node(f"split{s}", label, fillcolor=color if end > start else "#eeeeee")
+        for blk in range(start // block_size, -(-end // block_size)):
+            owner[blk] = s
+    cells = "|".join(f"<l{i}> {i}: {b}" for i, b in enumerate(block_table))
+    dot.raw(f'"table" [shape=record, style="filled", fillcolor="#e8f0fe", label="block table (logical: '
+            f'physical)|{cells}"];')
+    for blk, s in sorted(owner.items()):
+        dot.raw(f'"split{s}" -> "table":l{blk};')
+    for b in range(num_blocks):
+        s = next((owner[i] for i, p in enumerate(block_table) if p == b and i in owner), None)
+        dot.node(f"blk{b}", f"block {b}", fillcolor="#cccccc" if s is None else SPLIT_COLORS[s % len(SPLIT_COLORS)])
+    for i, b in enumerate(block_table):
+        dot.raw(f'"table":l{i} -> "blk{b}";')
+    dot.raw("{ rank=same; " + " ".join(f'"blk{b}";' for b in range(num_blocks)) + " }")
+    dot.raw(" -> ".join(f'"blk{b}"' for b in range(num_blocks)) + " [style=invis];")
+    dot.node("merge", "merge kernel: weight each split by exp(lse_s - lse_max)", fillcolor="#ffffff")
+    for s, (start, end) in enumerate(ranges):
+        dot.edge(f"split{s}", "merge", "partial o, lse" if end > start else "lse = -inf", style="dashed")
+    return dot.source()
+
+
+def lesson_figure() -> str:
+    """The README's example: 70 tokens in blocks of 16 scattered over a 10-block pool, 4 splits of 32-token tiles
+    (the fourth split gets no keys)."""
+    return split_kv_dot([7, 2, 9, 0, 5], seq_len=70, block_size=16, num_splits=4, block_n=32, num_blocks=10)
+
+
+def main() -> int:
+    FIGURES.mkdir(exist_ok=True)
+    source = lesson_figure()
+    (FIGURES / "split_kv.dot").write_text(source)
+    svg = render_svg(source)
+    if svg is None:
+        print("graphviz's `dot` is not installed: wrote the DOT source only", file=sys.stderr)
+    else:
+        (FIGURES / "split_kv.svg").write_text(svg)
+    print(f"wrote {FIGURES}/split_kv.dot" + ("" if svg is None else " and split_kv.svg"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

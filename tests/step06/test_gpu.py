@@ -1,0 +1,49 @@
+"""Compiled kernels and CUDA graphs: run on a GPU machine (`pytest tests/step06` there), skipped on a CPU.
+
+bf16 is the dtype the kernels are built for and the one the interpreter cannot check; CUDA-graph replay must
+give the eager engine's tokens (fp32, where two correct implementations agree exactly on argmax)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course.tiny import tiny_model
+from step06_triton.decode_attention import default_num_splits, paged_decode_attention
+from step06_triton.engine import make_engine
+from step06_triton.extend_attention import extend_attention
+from tests.driver import run_drained, shared_prompts, with_reference
+from tests.step06.test_kernels import Pool, reference_decode, reference_extend
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (compiled Triton kernels)")
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref.double()).norm() / ref.double().norm())
+
+
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_bf16_decode_and_extend_at_llama_shapes(block_size):
+    lengths = [1, 300, 1000, 2049]
+    pool = Pool(lengths, block_size, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, seed=block_size)
+    q = torch.randn(4, 32, 128, device="cuda", dtype=torch.bfloat16)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens,
+                                 default_num_splits(4, 8, max(lengths)))
+    assert rel_err(out, reference_decode(pool, q)) < 1e-2
+    q_lens = [1, 100, 1000, 49]
+    qx = torch.randn(sum(q_lens), 32, 128, device="cuda", dtype=torch.bfloat16)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    out = extend_attention(qx, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, max(q_lens))
+    assert rel_err(out, reference_extend(pool, qx, q_lens)) < 1e-2
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_cuda_graph_decode_gives_the_eager_tokens(fuse):
+    model = tiny_model(seed=3, num_heads=6, num_kv_heads=2).cuda()
+    prompts, params, expected = with_reference(model, shared_prompts(9, seed=5), new_tokens=12)
+    engine = make_engine(model, "bridge", "triton", cuda_graphs=True, num_blocks=256, block_size=16,
+                         max_num_seqs=6, max_num_batched_tokens=64)
+    if fuse:
+        engine.model.capture(engine.pool, 6, model.config.max_position_embeddings, fuse_pointwise=True)
+    outs = run_drained(engine, prompts, params)
+    assert [o.output_ids for o in outs] == expected
+    assert engine.model.replays > 0, "no decode step was replayed from a graph"

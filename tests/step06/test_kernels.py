@@ -1,0 +1,221 @@
+"""Each kernel against the torch path it replaces (chapter 2's slots, chapter 1's `attention` over the gathered
+K/V): partial last blocks, blocks of 1 and 16, contexts of one token and of many blocks, splits that get no
+keys, GQA groups 1, 3 (SmolLM2), 4 and 8, head_dim 64 and 128, slot -1; fp32 and fp16. On a CPU the kernels
+run through Triton's interpreter (shapes stay tiny); on a GPU the same tests run compiled."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import step06_triton  # noqa: F401 - sets TRITON_INTERPRET on a CPU before any kernel is defined
+from step01_kvcache.attention import attention
+from step06_triton.decode_attention import default_num_splits, paged_decode_attention
+from step06_triton.extend_attention import extend_attention
+from step06_triton.store_kvcache import store_kvcache
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
+
+
+class Pool:
+    """One layer of a paged pool with random contents and, per sequence, a block table of scattered blocks."""
+
+    def __init__(self, lengths: list[int], block_size: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype = torch.float32, seed: int = 0, spare_blocks: int = 3) -> None:
+        g = torch.Generator().manual_seed(seed)
+        need = [-(-n // block_size) for n in lengths]
+        num_blocks = sum(need) + spare_blocks
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        self.k = torch.randn(shape, generator=g).to(DEVICE, dtype)
+        self.v = torch.randn(shape, generator=g).to(DEVICE, dtype)
+        order = torch.randperm(num_blocks, generator=g).tolist()
+        self.tables, start = [], 0
+        for n in need:
+            self.tables.append(order[start: start + n])
+            start += n
+        width = max(need)
+        self.block_table = torch.tensor([t + [0] * (width - len(t)) for t in self.tables], dtype=torch.int32,
+                                        device=DEVICE)
+        self.lengths, self.block_size = lengths, block_size
+        self.seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+
+    def gathered(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sequence i's K/V [len, H_kv, D], read position by position through its block table (the torch path)."""
+        pos = torch.arange(self.lengths[i])
+        slots = torch.tensor(self.tables[i])[pos // self.block_size] * self.block_size + pos % self.block_size
+        flat = lambda t: t.view(-1, t.shape[-2], t.shape[-1])  # noqa: E731
+        return flat(self.k)[slots.to(DEVICE)], flat(self.v)[slots.to(DEVICE)]
+
+
+def reference_decode(pool: Pool, q: torch.Tensor) -> torch.Tensor:
+    rows = []
+    for i in range(q.shape[0]):
+        k, v = pool.gathered(i)
+        rows.append(attention(q[i: i + 1].float(), k.float(), v.float(), None).view(q.shape[1:]))
+    return torch.stack(rows)
+
+
+def reference_extend(pool: Pool, q: torch.Tensor, q_lens: list[int]) -> torch.Tensor:
+    rows, start = [], 0
+    for i, n in enumerate(q_lens):
+        k, v = pool.gathered(i)
+        ctx = pool.lengths[i]
+        q_pos = torch.arange(ctx - n, ctx, device=DEVICE)
+        mask = torch.arange(ctx, device=DEVICE)[None, :] > q_pos[:, None]  # bottom-right causal
+        rows.append(attention(q[start: start + n].float(), k.float(), v.float(), mask).view(n, *q.shape[1:]))
+        start += n
+    return torch.cat(rows)
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    assert torch.isfinite(out).all(), "the kernel wrote NaN/inf (or left a row unwritten)"
+    err = float((out.double() - ref.double()).norm() / ref.double().norm())
+    assert err < TOL[dtype], f"relative error {err:.2e} >= {TOL[dtype]:.0e}"
+
+
+def poisoned(shape, dtype) -> torch.Tensor:
+    """An output buffer full of NaN: any element the kernel forgets to write fails the check."""
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+# ---- store_kvcache -----------------------------------------------------------------------------------------
+@pytest.mark.task("task6.store")
+@pytest.mark.parametrize("block_size", [1, 16])
+@pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (3, 64), (2, 128)])
+def test_store_scatters_rows_and_skips_slot_minus_one(block_size, num_kv_heads, head_dim):
+    g = torch.Generator().manual_seed(block_size + head_dim)
+    num_blocks = 6
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, generator=g).to(DEVICE)
+    v_cache = torch.randn(k_cache.shape, generator=g).to(DEVICE)
+    T = 5
+    k = torch.randn(T, num_kv_heads, head_dim, generator=g).to(DEVICE)
+    v = torch.randn(T, num_kv_heads, head_dim, generator=g).to(DEVICE)
+    slots = torch.randperm(num_blocks * block_size, generator=g)[:T]
+    slots[1] = -1  # a padding row: stored nowhere
+    expect_k, expect_v = k_cache.clone().view(-1, num_kv_heads, head_dim), v_cache.clone().view(-1, num_kv_heads,
+                                                                                                 head_dim)
+    keep = slots >= 0
+    expect_k[slots[keep]] = k[keep.to(DEVICE)]
+    expect_v[slots[keep]] = v[keep.to(DEVICE)]
+    store_kvcache(k, v, k_cache, v_cache, slots.to(DEVICE))
+    assert torch.equal(k_cache.view_as(expect_k), expect_k) and torch.equal(v_cache.view_as(expect_v), expect_v)
+
+
+def test_store_rejects_mismatched_shapes():
+    cache = torch.zeros(2, 4, 2, 16, device=DEVICE)
+    k = torch.zeros(3, 2, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="slot_mapping"):
+        store_kvcache(k, k, cache, cache.clone(), torch.zeros(2, dtype=torch.long, device=DEVICE))
+    with pytest.raises(ValueError, match="shape mismatch"):
+        store_kvcache(k, k, torch.zeros(2, 4, 3, 16, device=DEVICE), cache, torch.zeros(3, dtype=torch.long,
+                                                                                            device=DEVICE))
+
+
+# ---- paged decode ------------------------------------------------------------------------------------------
+@pytest.mark.task("task6.address")
+@pytest.mark.task("task6.online_softmax")
+@pytest.mark.task("task6.merge")
+@pytest.mark.parametrize("block_size", [1, 16])
+@pytest.mark.parametrize("group", [1, 3, 4, 8])
+def test_decode_matches_torch_on_ragged_contexts(block_size, group):
+    lengths = [1, 16, 37, 70]  # one token, exactly one block of 16, partial last blocks, many blocks
+    pool = Pool(lengths, block_size, num_kv_heads=2, head_dim=64, seed=group)
+    q = torch.randn(len(lengths), 2 * group, 64, device=DEVICE)
+    out = poisoned(q.shape, q.dtype)
+    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits=3, out=out, block_n=16)
+    assert_close(out, reference_decode(pool, q), torch.float32)
+
+
+@pytest.mark.task("task6.merge")
+@pytest.mark.parametrize("num_splits", [1, 2, 8])
+def test_decode_splits_that_get_no_keys(num_splits):
+    """Eight splits over a 20-token context: two tiles of 16, so six splits are empty and must weigh nothing."""
+    pool = Pool([20, 3], block_size=4, num_kv_heads=1, head_dim=64, seed=num_splits)
+    q = torch.randn(2, 3, 64, device=DEVICE)
+    out = poisoned(q.shape, q.dtype)
+    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits, out=out, block_n=16)
+    assert_close(out, reference_decode(pool, q), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_decode_head_dim_128_and_fp16(dtype):
+    pool = Pool([9, 33], block_size=16, num_kv_heads=2, head_dim=128, dtype=dtype, seed=3)
+    q = torch.randn(2, 8, 128, device=DEVICE).to(dtype)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits=2, block_n=16)
+    assert out.dtype == dtype
+    assert_close(out, reference_decode(pool, q), dtype)
+
+
+def test_decode_rejects_bad_input():
+    pool = Pool([4], block_size=4, num_kv_heads=2, head_dim=64)
+    with pytest.raises(ValueError, match="grouped"):
+        paged_decode_attention(torch.zeros(1, 3, 64, device=DEVICE), pool.k, pool.v, pool.block_table,
+                               pool.seq_lens, 1)
+    with pytest.raises(ValueError, match="num_splits"):
+        paged_decode_attention(torch.zeros(1, 4, 64, device=DEVICE), pool.k, pool.v, pool.block_table,
+                               pool.seq_lens, 0)
+    with pytest.raises(ValueError, match="head_dim"):
+        odd = torch.zeros(1, 4, 2, 24, device=DEVICE)
+        paged_decode_attention(torch.zeros(1, 2, 24, device=DEVICE), odd, odd, pool.block_table, pool.seq_lens, 1)
+
+
+def test_default_num_splits_fills_the_gpu_without_tiny_splits():
+    assert default_num_splits(64, 8, 4096) == 1  # 512 programs already
+    assert default_num_splits(8, 8, 32768) == 8  # 64 programs: split each context in 8
+    assert default_num_splits(1, 1, 100) == 1  # never a split shorter than two 64-token tiles
+
+
+# ---- prefill with prefix -----------------------------------------------------------------------------------
+@pytest.mark.task("task6.causal")
+@pytest.mark.parametrize("block_size", [1, 16])
+@pytest.mark.parametrize("group", [1, 3, 4, 8])
+def test_extend_matches_torch_with_cached_prefixes(block_size, group):
+    """Sequences with no prefix, a prefix inside a block, one of several blocks, and a single new token."""
+    q_lens = [20, 5, 17, 1]
+    lengths = [20, 11, 50, 33]  # prefixes 0, 6, 33, 32
+    pool = Pool(lengths, block_size, num_kv_heads=2, head_dim=64, seed=10 + group)
+    q = torch.randn(sum(q_lens), 2 * group, 64, device=DEVICE)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    out = poisoned(q.shape, q.dtype)
+    extend_attention(q, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, max(q_lens), out=out, block_m=16,
+                     block_n=16)
+    assert_close(out, reference_extend(pool, q, q_lens), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_extend_head_dim_128_and_fp16(dtype):
+    q_lens, lengths = [7, 18], [7, 40]
+    pool = Pool(lengths, block_size=16, num_kv_heads=1, head_dim=128, dtype=dtype, seed=4)
+    q = torch.randn(sum(q_lens), 3, 128, device=DEVICE).to(dtype)
+    qsl = torch.tensor([0, 7, 25], dtype=torch.int32, device=DEVICE)
+    out = extend_attention(q, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, 18, block_m=16, block_n=16)
+    assert_close(out, reference_extend(pool, q, q_lens), dtype)
+
+
+# ---- a property over random block tables and lengths ----------------------------------------------------
+@st.composite
+def batches(draw):
+    n = draw(st.integers(1, 3))
+    lengths = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    q_lens = [draw(st.integers(1, length)) for length in lengths]
+    return dict(lengths=lengths, q_lens=q_lens, block_size=draw(st.sampled_from([1, 2, 4, 16])),
+                group=draw(st.sampled_from([1, 3])), splits=draw(st.integers(1, 4)), seed=draw(st.integers(0, 99)))
+
+
+@pytest.mark.task("task6.address")
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_decode_and_extend_on_random_block_tables(case):
+    pool = Pool(case["lengths"], case["block_size"], num_kv_heads=1, head_dim=64, seed=case["seed"])
+    g = case["group"]
+    q = torch.randn(len(case["lengths"]), g, 64, device=DEVICE)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, case["splits"], block_n=16)
+    assert_close(out, reference_decode(pool, q), torch.float32)
+    q_lens = case["q_lens"]
+    qx = torch.randn(sum(q_lens), g, 64, device=DEVICE)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    out = extend_attention(qx, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, max(q_lens), block_m=16,
+                           block_n=16)
+    assert_close(out, reference_extend(pool, qx, q_lens), torch.float32)

@@ -1,0 +1,66 @@
+"""The chapter's numbers and pictures come from code: the README's results block is what `report.py` prints from
+the committed JSON, the split-KV figure is what `pictures.py` draws, and the demo agrees with chapter 1."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+from step06_triton import pictures, report
+from tests.driver import demo_answer_matches_step01
+
+
+def test_readme_results_are_the_reports_output():
+    readme = report.README.read_text()
+    assert report.readme_block(readme) == report.tables(report.load()), \
+        "README.md's results block is stale: run `python -m step06_triton.report --write`"
+
+
+def test_every_goal_is_stated_with_its_measurement():
+    res = report.load()
+    goals = res["kernels"]["goals"] + [res["engine"]["goal"]]
+    assert len(goals) == 6 and all(g["measured"] is not None for g in goals)
+    assert res["engine"]["identity_fp32"]["all_identical"], "fp32 tokens differ between backends on the GPU"
+
+
+def test_roofline_plot_renders_from_the_json(tmp_path):
+    report.plot(report.load(), tmp_path / "roofline.svg")
+    assert (tmp_path / "roofline.svg").read_text().lstrip().startswith("<?xml")
+    assert (report.RESULTS / "roofline.svg").is_file()
+
+
+def test_split_kv_figure_is_in_step_with_the_code():
+    assert (pictures.FIGURES / "split_kv.dot").read_text() == pictures.lesson_figure(), \
+        "figures/split_kv.dot is stale: run `python -m step06_triton.pictures`"
+
+
+@pytest.mark.parametrize("seq_len,splits,block_n", [(70, 4, 32), (1, 3, 16), (64, 2, 16), (1000, 7, 64)])
+def test_splits_cover_the_context_in_whole_tiles(seq_len, splits, block_n):
+    ranges = pictures.split_ranges(seq_len, splits, block_n)
+    covered = [i for start, end in ranges for i in range(start, end)]
+    assert covered == list(range(seq_len)), "every token in exactly one split, in order"
+    assert all(start % block_n == 0 for start, end in ranges if end > start)
+
+
+def test_a_block_table_too_short_is_rejected():
+    with pytest.raises(ValueError, match="cannot hold"):
+        pictures.split_kv_dot([0], seq_len=20, block_size=16, num_splits=2, block_n=16, num_blocks=2)
+
+
+@pytest.mark.slow
+def test_demo_answer_matches_step01(real_model, capsys):
+    """Through the interpreter on a CPU: the real model on the Triton kernels says what chapter 1 says."""
+    from step06_triton.__main__ import main
+
+    demo_answer_matches_step01(main, capsys, new_tokens=8)
+
+
+@pytest.mark.slow
+def test_smollm2_architecture_constant_matches_the_gguf():
+    import gguf
+
+    from course.pretrained import config_from_gguf, gguf_path
+    from course.tiny import SMOLLM2_135M, tiny_config
+
+    real = asdict(config_from_gguf(gguf.GGUFReader(str(gguf_path()))))
+    assert real == pytest.approx(asdict(tiny_config(**SMOLLM2_135M)), rel=1e-6)  # the GGUF stores eps in fp32
