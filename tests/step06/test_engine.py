@@ -58,3 +58,9 @@ def test_bad_options_are_rejected(model):
     with pytest.raises(ValueError, match="pool has only 4"):
         engine.add_request(list(range(15)), SamplingParams(max_new_tokens=4))
     assert not engine.has_unfinished()
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on a GPU test_gpu.py captures real graphs")
+def test_cuda_graphs_need_a_gpu(model):
+    with pytest.raises(RuntimeError, match="CUDA device"):
+        make_engine(model, "bridge", "triton", cuda_graphs=True, num_blocks=64, block_size=4)
