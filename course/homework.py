@@ -265,6 +265,7 @@ def start(chapter: str, dest: Path | str = DEFAULT_DEST, force: bool = False, on
     if target.exists() and not force:
         raise FileExistsError(f"{_show(target)} already exists (your work?); pass --force to replace it")
     # Stub everything before touching the disk: a bad marker must not leave a half-made copy.
+    find_tasks(package, root)  # the markers of a task must agree on its points, across files too
     stubs = {p: make_stub(p.read_text(), only, package, str(p.relative_to(root))) for p in _sources(source_dir)}
     if target.exists():
         shutil.rmtree(target)
@@ -742,7 +743,8 @@ def main(argv: list[str]) -> int:
             for task, regions in tasks.items():
                 for r in regions:
                     file = target / Path(*r.file.parts[1:])
-                    print(f"  {task:<{width}}  {_show(file)}:{r.begin:<5} {r.function}")
+                    worth = f"{r.points} pt" + ("s" if r.points > 1 else "")
+                    print(f"  {task:<{width}}  {worth:>6}  {_show(file)}:{r.begin:<5} {r.function}")
             print(f"Then grade your copy: python -m course homework check {args.chapter}")
             return 0
         if args.command == "release":
