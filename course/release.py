@@ -95,10 +95,22 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
             shutil.copymode(root / f, target)
         else:
             shutil.copy2(root / f, target)
+    if stubbed and (root / "pyproject.toml").is_file() and not (root / "ruff.toml").exists():
+        (dest / "ruff.toml").write_text(_ruff_config(stubbed))
     commit = (_git(root, "rev-parse", "HEAD") or "").strip() or None
     tasks = {p: hw.task_points(hw.find_tasks(p, dest)) for p in stubbed}
     (dest / MARKER).write_text(json.dumps({"stubbed": tasks, "from_commit": commit}, indent=1) + "\n")
     return dest
+
+
+def _ruff_config(stubbed: list[str]) -> str:
+    """The project's lint settings, minus what a stub leaves behind: imports and names only the solution
+    used (F401, F841) and names a stubbed region defined for the code after it (F821)."""
+    lines = ["# Written by `python -m course homework release`: the project's settings (pyproject.toml), except",
+             "# that stubbed bodies leave imports and names behind that only the solutions use.",
+             'extend = "pyproject.toml"', "", "[lint.per-file-ignores]"]
+    lines += [f'"{package}/**/*.py" = ["F401", "F821", "F841"]' for package in stubbed]
+    return "\n".join(lines) + "\n"
 
 
 def is_release(root: Path | None = None) -> bool:

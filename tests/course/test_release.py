@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,10 +171,19 @@ def test_no_solution_text_in_the_release(chapter: str, task: str, real_release: 
 
 def test_the_release_is_the_whole_course_minus_instructor_files(real_release: Path):
     tracked = {f for f in rel.course_files(REAL)}
-    shipped = {f for f in rel.course_files(real_release)} - {Path(rel.MARKER)}
+    shipped = {f for f in rel.course_files(real_release)} - {Path(rel.MARKER), Path("ruff.toml")}
     assert shipped == {f for f in tracked if not rel.is_instructor_only(f)}
     for must in ("Makefile", "pyproject.toml", "README.md", "scripts/setup.sh", ".ci/run", "course/homework.py",
                  "tests/test_homework_proof.py", *[f"{c}/README.md" for c in hw.chapters()]):
         assert (real_release / must).is_file(), must
     assert list((real_release / "notebooks").glob("*.ipynb"))
     assert not (real_release / "instructors").exists() and not (real_release / "tests" / "instructors").exists()
+
+
+def test_the_release_passes_the_linter(real_release: Path):
+    """Stubs leave imports and names that only the solutions used: the release's ruff.toml allows those."""
+    ruff = Path(sys.executable).with_name("ruff")
+    if not ruff.is_file():
+        pytest.skip("ruff is not installed next to this Python")
+    done = subprocess.run([str(ruff), "check", "--no-cache", "."], cwd=real_release, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:]
