@@ -86,9 +86,9 @@ def _parse_begin(rest: str, filename: str, n: int) -> tuple[str, int]:
         raise MarkerError(f"{filename}:{n}: BEGIN SOLUTION needs exactly one task id, "
                           f"e.g. '# BEGIN SOLUTION task1.rope' (got {rest.strip()!r})")
     points = 1
-    for word in words[1:]:
+    for i, word in enumerate(words[1:]):
         m = _POINTS.fullmatch(word)
-        if not m:
+        if not m or i:
             raise MarkerError(f"{filename}:{n}: BEGIN SOLUTION {words[0]} takes one option, points=N "
                               f"(a positive integer), e.g. '# BEGIN SOLUTION {words[0]} points=3' (got {word!r})")
         points = int(m[1])

@@ -228,6 +228,7 @@ def test_points_are_read_from_the_marker(marker: str, points: int):
 @pytest.mark.parametrize("marker,error", [
     ("task1.x points=0", r"x\.py:2: .*points=N"), ("task1.x points=two", r"x\.py:2: .*points=N"),
     ("task1.x pts=2", r"x\.py:2: .*points=N"), ("points=2", r"x\.py:2: .*task id"),
+    ("task1.x points=2 points=3", r"x\.py:2: .*one option"),
 ])
 def test_bad_points_are_clear_errors(marker: str, error: str):
     with pytest.raises(hw.MarkerError, match=error):
