@@ -8,6 +8,7 @@ USAGE = """usage: python -m course <command> [args]
 commands:
   bench <chapter> --workload <name> [--json]   a chapter's engine, cache off vs on, in one process
   homework start|check <chapter> ...           student copies and per-task grading
+  homework release DIR [--chapters ...]        a student edition of the course (no solutions)
   workloads                                    the shared workloads and their token counts
 """
 

@@ -2,7 +2,7 @@
 
 Reference code marks what a student writes (nbgrader convention)::
 
-    # BEGIN SOLUTION task1.rope
+    # BEGIN SOLUTION task2.schedule points=3
     ...reference body...
     # END SOLUTION
 
@@ -11,11 +11,14 @@ Reference code marks what a student writes (nbgrader convention)::
 process: the worker imports the chapter package from the copy (and only that package: other chapters
 still come from the reference), checks where it came from, then runs pytest in the same interpreter
 with a per-test timeout and a small reporter plugin. One worker can run many checks, so torch is
-imported once; that is what keeps the suite-wide proof (tests/test_homework_proof.py) fast.
+imported once; that is what keeps the suite-wide proof (tests/test_homework_proof.py) fast. In a
+student release (`course.release`) there is no reference: the earlier chapters a chapter builds on are
+stubbed too, so they come from the student's own copies when there are any.
 
-Scoring rule: a task earns 1 point when it has at least one test, none of its tests fails or errors,
-and at least one passes (skips are neutral). Untagged tests are reported but do not score. A test
-module that cannot even be collected zeroes every task, since its tests cannot be attributed.
+Scoring rule: a task earns its points (`points=N` on its markers, default 1) when it has at least one
+test, none of its tests fails or errors, and at least one passes (skips are neutral). Untagged tests are
+reported but do not score. A test module that cannot even be collected zeroes every task, since its
+tests cannot be attributed.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
@@ -44,11 +47,13 @@ import pytest
 from .paths import REPO_ROOT
 
 DEFAULT_DEST = REPO_ROOT / "homework"
-RULE = "1 point per task whose tests all pass (at least one must pass; skips are neutral)"
+RULE = ("a task earns its points (1 unless its marker says points=N) when all of its tests pass "
+        "(at least one must pass; skips are neutral)")
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)#\s*BEGIN SOLUTION\b(?P<rest>.*)$")
 _END = re.compile(r"^(?P<indent>[ \t]*)#\s*END SOLUTION\b(?P<rest>.*)$")
 _TASK_ID = re.compile(r"[\w.\-]+")
+_POINTS = re.compile(r"points=([1-9][0-9]*)")
 
 
 class MarkerError(ValueError):
@@ -60,43 +65,58 @@ class CheckError(RuntimeError):
 
 
 class Region(NamedTuple):
-    """One marked body: lines `begin` and `end` are the BEGIN and END comments (1-based)."""
+    """One marked body: lines `begin` and `end` are the BEGIN and END comments (1-based); `points` is what
+    the task is worth (`points=N` on the BEGIN line, default 1)."""
 
     file: Path
     begin: int
     end: int
     task: str
     function: str
+    points: int = 1
 
 
 # ---------------------------------------------------------------- markers and stubs
 
 
-def _scan(source: str, filename: str) -> list[tuple[str, int, int]]:
-    """(task, begin, end) of every marked region; raises MarkerError on any inconsistency."""
-    found: list[tuple[str, int, int]] = []
-    opened: tuple[str, int, str] | None = None
+def _parse_begin(rest: str, filename: str, n: int) -> tuple[str, int]:
+    """'task2.schedule points=3' -> ('task2.schedule', 3); the points default to 1."""
+    words = rest.split()
+    if not words or not _TASK_ID.fullmatch(words[0]) or "=" in words[0]:
+        raise MarkerError(f"{filename}:{n}: BEGIN SOLUTION needs exactly one task id, "
+                          f"e.g. '# BEGIN SOLUTION task1.rope' (got {rest.strip()!r})")
+    points = 1
+    for i, word in enumerate(words[1:]):
+        m = _POINTS.fullmatch(word)
+        if not m or i:
+            raise MarkerError(f"{filename}:{n}: BEGIN SOLUTION {words[0]} takes one option, points=N "
+                              f"(a positive integer), e.g. '# BEGIN SOLUTION {words[0]} points=3' (got {word!r})")
+        points = int(m[1])
+    return words[0], points
+
+
+def _scan(source: str, filename: str) -> list[tuple[str, int, int, int]]:
+    """(task, begin, end, points) of every marked region; raises MarkerError on any inconsistency."""
+    found: list[tuple[str, int, int, int]] = []
+    opened: tuple[str, int, str, int] | None = None
     for n, line in enumerate(source.splitlines(), 1):
         if m := _BEGIN.match(line):
-            task = m["rest"].strip()
             if opened:
                 raise MarkerError(f"{filename}:{n}: BEGIN SOLUTION inside the region opened at line {opened[1]} "
                                   "(regions cannot nest; close it with # END SOLUTION first)")
-            if not _TASK_ID.fullmatch(task):
-                raise MarkerError(f"{filename}:{n}: BEGIN SOLUTION needs exactly one task id, "
-                                  f"e.g. '# BEGIN SOLUTION task1.rope' (got {task!r})")
-            opened = (task, n, m["indent"])
+            task, points = _parse_begin(m["rest"], filename, n)
+            opened = (task, n, m["indent"], points)
         elif m := _END.match(line):
             if not opened:
                 raise MarkerError(f"{filename}:{n}: END SOLUTION without a BEGIN SOLUTION before it")
-            task, begin, indent = opened
+            task, begin, indent, points = opened
             if m["rest"].strip() not in ("", task):
                 raise MarkerError(f"{filename}:{n}: END SOLUTION {m['rest'].strip()} closes the region of "
                                   f"{task} opened at line {begin}")
             if m["indent"] != indent:
                 raise MarkerError(f"{filename}:{n}: END SOLUTION is indented differently from its BEGIN SOLUTION "
                                   f"at line {begin}")
-            found.append((task, begin, n))
+            found.append((task, begin, n, points))
             opened = None
     if opened:
         raise MarkerError(f"{filename}:{opened[1]}: BEGIN SOLUTION {opened[0]} is never closed by # END SOLUTION")
@@ -127,12 +147,23 @@ def find_regions(source: str, filename: str = "<source>") -> list[Region]:
         return []
     funcs = _functions(ast.parse(source, filename))
     regions = []
-    for task, begin, end in marked:
+    for task, begin, end, points in marked:
         around = [(node.lineno, name) for name, node in funcs if node.lineno < begin <= (node.end_lineno or 0)]
         if not around:
             raise MarkerError(f"{filename}:{begin}: BEGIN SOLUTION {task} is not inside a function body")
-        regions.append(Region(Path(filename), begin, end, task, max(around)[1]))
+        regions.append(Region(Path(filename), begin, end, task, max(around)[1], points))
+    _check_points(regions)
     return regions
+
+
+def _check_points(regions: Iterable[Region]) -> None:
+    """Every marker of a task must give it the same points (an absent points= means 1)."""
+    first: dict[str, Region] = {}
+    for r in regions:
+        seen = first.setdefault(r.task, r)
+        if seen.points != r.points:
+            raise MarkerError(f"{r.file}:{r.begin}: {r.task} is worth points={r.points} here but points={seen.points} "
+                              f"at {seen.file}:{seen.begin}; every BEGIN SOLUTION of a task must give the same points")
 
 
 def make_stub(source: str, only: set[str] | None = None, chapter: str | None = None,
@@ -175,7 +206,7 @@ def resolve_chapter(chapter: str, root: Path | None = None) -> tuple[str, Path]:
     """'step01' or 'step01_kvcache' -> (package name, its tests folder tests/step01)."""
     root = root or REPO_ROOT
     name = chapter.strip().rstrip("/\\")
-    packages = sorted(p.name for p in root.glob("step[0-9][0-9]_*") if (p / "__init__.py").is_file())
+    packages = chapters(root)
     matches = [p for p in packages if p == name or p.split("_")[0] == name]
     if len(matches) != 1:
         raise CheckError(f"unknown chapter {chapter!r}; chapters: {', '.join(packages) or 'none'}")
@@ -194,7 +225,33 @@ def find_tasks(chapter: str, root: Path | None = None) -> dict[str, list[Region]
     for path in _sources(root / package):
         for region in find_regions(path.read_text(), str(path.relative_to(root))):
             tasks.setdefault(region.task, []).append(region)
+    _check_points(r for regions in tasks.values() for r in regions)
     return tasks
+
+
+def task_points(tasks: dict[str, list[Region]]) -> dict[str, int]:
+    """Task id -> what it is worth."""
+    return {task: regions[0].points for task, regions in tasks.items()}
+
+
+_STUB = re.compile(r'\s*raise NotImplementedError\("(?P<task>[\w.\-]+): [^"\n]*"\)\s*')
+
+
+def is_stub(source: str, region: Region) -> bool:
+    """Whether the marked body of `region` in `source` is a stub (a lone `raise NotImplementedError`)."""
+    body = "".join(source.splitlines(keepends=True)[region.begin:region.end - 1])
+    return bool(m := _STUB.fullmatch(body)) and m["task"] == region.task
+
+
+def stubbed_tasks(chapter: str, root: Path | None = None) -> set[str]:
+    """Tasks of `chapter` whose body in `root` is a stub: in a student release there is no reference for them."""
+    root = root or REPO_ROOT
+    out = set()
+    for task, regions in find_tasks(chapter, root).items():
+        for r in regions:
+            if is_stub((root / r.file).read_text(), r):
+                out.add(task)
+    return out
 
 
 def start(chapter: str, dest: Path | str = DEFAULT_DEST, force: bool = False, only: set[str] | None = None,
@@ -208,6 +265,7 @@ def start(chapter: str, dest: Path | str = DEFAULT_DEST, force: bool = False, on
     if target.exists() and not force:
         raise FileExistsError(f"{_show(target)} already exists (your work?); pass --force to replace it")
     # Stub everything before touching the disk: a bad marker must not leave a half-made copy.
+    find_tasks(package, root)  # the markers of a task must agree on its points, across files too
     stubs = {p: make_stub(p.read_text(), only, package, str(p.relative_to(root))) for p in _sources(source_dir)}
     if target.exists():
         shutil.rmtree(target)
@@ -232,6 +290,8 @@ class Run:
     tasks: list[str] | None = None  # run only the tests tagged with one of these tasks
     import_timeout: float = 120.0  # the first import of a chapter pays for torch too
     report: str = ""  # JSON-lines file the worker appends events to
+    built_on: list[str] = field(default_factory=list)  # earlier chapters imported from their copies in `dest`
+    notes: list[str] = field(default_factory=list)  # said in the report (e.g. an earlier chapter left stubbed)
 
 
 def _task_ids(item: pytest.Item) -> list[str]:
@@ -372,12 +432,15 @@ def _run_in_process(run: Run, out: TextIO) -> None:
     _forget_project_modules(dirs)
     importlib.invalidate_caches()
     try:
-        try:
-            with _time_limit(run.import_timeout):
-                _import_copy(run.package, reporter.copy)
-        except (Exception, SystemExit) as exc:
-            reporter.emit("import_error", message=_import_error(exc, reporter.copy))
-            return
+        for package in [*run.built_on, run.package]:
+            copy = (Path(run.dest) / package).resolve()
+            try:
+                with _time_limit(run.import_timeout):
+                    _import_copy(package, copy)
+            except (Exception, SystemExit) as exc:
+                what = "" if package == run.package else f"your copy of {package}, which {run.package} builds on:\n"
+                reporter.emit("import_error", message=what + _import_error(exc, copy))
+                return
         if bad := _foreign(run.package, reporter.copy):
             reporter.emit("fatal", message=f"imported {'; '.join(bad)}, not the copy {reporter.copy}")
             return
@@ -420,8 +483,33 @@ def plan(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, e
     for path in tests:
         if not path.exists():
             raise CheckError(f"no tests at {_show(path)}")
+    built_on, notes = _earlier_copies(package, dest, root)
     return Run(package, str(dest), [str(p) for p in tests], str(root), float(timeout),
-               list(tasks) if tasks is not None else None)
+               list(tasks) if tasks is not None else None, built_on=built_on, notes=notes)
+
+
+def chapters(root: Path | None = None) -> list[str]:
+    """The chapter packages of a course, in order (discovered, so a new chapter needs no registration)."""
+    root = root or REPO_ROOT
+    return sorted(p.name for p in root.glob("step[0-9][0-9]_*") if (p / "__init__.py").is_file())
+
+
+def _earlier_copies(package: str, dest: Path, root: Path) -> tuple[list[str], list[str]]:
+    """In a student release the chapters before `package` are stubbed too, and a chapter builds on them:
+    those come from the student's own copies in `dest` when there are any. In the instructor's repository
+    (reference bodies) they always come from the reference."""
+    built_on, notes = [], []
+    for earlier in chapters(root)[: chapters(root).index(package)]:
+        if not stubbed_tasks(earlier, root):
+            continue
+        if (dest / earlier / "__init__.py").is_file():
+            built_on.append(earlier)
+            notes.append(f"{earlier} (which {package} builds on) is imported from your copy {_show(dest / earlier)}")
+        else:
+            notes.append(f"{earlier} (which {package} builds on) is stubbed in {_show(root / earlier)} and you have "
+                         f"no copy of it: tests that run its code fail; run `python -m course homework start "
+                         f"{earlier.split('_')[0]}` and solve it first")
+    return built_on, notes
 
 
 def execute(runs: list[Run], total_timeout: float = 1800.0, workers: int = 1, verbose: bool = False) -> list[dict]:
@@ -482,7 +570,8 @@ def _counts() -> dict[str, int]:
 def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
     """Per-task counts and points from the worker's events; `stopped` says why the worker ended early."""
     events = [json.loads(line) for line in log.splitlines() if line.strip()]
-    order = list(find_tasks(run.package, Path(run.rootdir)))
+    worth = task_points(find_tasks(run.package, Path(run.rootdir)))
+    order = list(worth)
     marked = set(order)
     collected: dict[str, list[str]] = {}
     unknown: set[str] = set()
@@ -531,11 +620,11 @@ def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
     rows = []
     for task, c in tasks.items():
         earned = not collect_errors and c["passed"] > 0 and c["failed"] == c["errors"] == 0
-        rows.append({"id": task, **c, "points": int(earned)})
+        rows.append({"id": task, **c, "points": worth[task] if earned else 0, "max_points": worth[task]})
     return {"chapter": run.package, "copy": str(Path(run.dest) / run.package), "tasks": rows,
-            "score": sum(r["points"] for r in rows), "max_score": len(rows), "untagged": untagged,
-            "unknown_tasks": sorted(unknown), "failures": failures, "collect_errors": collect_errors,
-            "error": error, "seconds": seconds, "rule": RULE}
+            "score": sum(r["points"] for r in rows), "max_score": sum(r["max_points"] for r in rows),
+            "untagged": untagged, "unknown_tasks": sorted(unknown), "failures": failures,
+            "collect_errors": collect_errors, "error": error, "seconds": seconds, "notes": run.notes, "rule": RULE}
 
 
 # ---------------------------------------------------------------- command line
@@ -552,11 +641,14 @@ def _print_report(result: dict, chapter: str) -> None:
     print(f"{result['chapter']}: checking {_show(Path(result['copy']))}")
     if result["error"]:
         print(f"\n{result['error']}")
+    for note in result.get("notes", []):
+        print(f"note: {note}")
     width = max([len(r["id"]) for r in result["tasks"]] + [8])
     print(f"\n  {'task':<{width}}  passed/total  points")
     for r in result["tasks"]:
         extra = ", ".join(f"{r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])
-        print(f"  {r['id']:<{width}}  {r['passed']:>6}/{r['total']:<5}  {r['points']:>6}   {extra}".rstrip())
+        earned = f"{r['points']}/{r['max_points']}"
+        print(f"  {r['id']:<{width}}  {r['passed']:>6}/{r['total']:<5}  {earned:>6}   {extra}".rstrip())
     u = result["untagged"]
     if u["total"]:
         print(f"  {'untagged':<{width}}  {u['passed']:>6}/{u['total']:<5}  {'-':>6}   (not scored)")
@@ -575,6 +667,41 @@ def _print_report(result: dict, chapter: str) -> None:
         print(f"\nwarning: tests tagged with unknown tasks: {', '.join(result['unknown_tasks'])}")
 
 
+def gradescope(result: dict) -> dict:
+    """The check's result as Gradescope's autograder results.json: one test per task, worth its points."""
+    failing: dict[str, list[str]] = {}
+    for f in result["failures"]:
+        for task in f["tasks"]:
+            failing.setdefault(task, []).append(f"{f['outcome'].upper()} {f['nodeid']}\n    {f['message']}")
+    problems = [result["error"]] if result["error"] else []
+    problems += [f"could not collect {c['nodeid']}: {c['message']} (every task scores 0 until it imports)"
+                 for c in result["collect_errors"]]
+    tests = []
+    for r in result["tasks"]:
+        lines = [f"{r['passed']}/{r['total']} tests pass" + "".join(
+            f", {r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])]
+        lines += failing.get(r["id"], [])[:10] + problems
+        tests.append({"name": r["id"], "score": r["points"], "max_score": r["max_points"],
+                      "output": "\n".join(lines), "visibility": "visible"})
+    summary = [f"{result['chapter']}: {result['score']}/{result['max_score']} points", *result.get("notes", []),
+               *problems]
+    return {"score": result["score"], "execution_time": result["seconds"] or 0, "output": "\n".join(summary),
+            "visibility": "visible", "stdout_visibility": "visible", "tests": tests}
+
+
+def _unrunnable(chapter: str, message: str, root: Path | None) -> dict:
+    """A zero result for a check that could not run (Gradescope still needs a results file)."""
+    try:
+        package, _ = resolve_chapter(chapter, root)
+        worth = task_points(find_tasks(package, root))
+    except (CheckError, MarkerError):
+        package, worth = chapter, {}
+    rows = [{"id": t, **_counts(), "points": 0, "max_points": p} for t, p in worth.items()]
+    return {"chapter": package, "copy": "", "tasks": rows, "score": 0, "max_score": sum(worth.values()),
+            "untagged": _counts(), "unknown_tasks": [], "failures": [], "collect_errors": [], "error": message,
+            "seconds": None, "notes": [], "rule": RULE}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m course homework",
                                      description="Student copies of a chapter and per-task grading.")
@@ -587,7 +714,18 @@ def main(argv: list[str]) -> int:
                        help="folder of student copies (default: homework/)")
         p.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # another course checkout (for tests)
     p_start.add_argument("--force", action="store_true", help="replace an existing copy (your edits are lost)")
-    p_check.add_argument("--json", action="store_true", help="print only one JSON object (for autograders)")
+    p_release = sub.add_parser("release", help="write a student edition of the course: marked bodies stubbed, "
+                               "instructor-only files left out")
+    p_release.add_argument("dest", type=Path, metavar="DIR", help="where to write it (must not exist, or be empty)")
+    p_release.add_argument("--chapters", nargs="+", metavar="CHAPTER",
+                           help="the chapters handed out as homework (default: all); the others keep their "
+                                "reference bodies")
+    p_release.add_argument("--force", action="store_true", help="replace DIR if it holds an earlier release")
+    p_check.add_argument("--json", action="store_true", help="print only one JSON object (same as --format json)")
+    p_check.add_argument("--format", choices=("table", "json", "gradescope"), default=None,
+                         help="table (default), json (one object on the last line) or gradescope (results.json)")
+    p_check.add_argument("--output", type=Path, metavar="FILE",
+                         help="write the json / gradescope result to FILE instead of printing it")
     p_check.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per test (default 60)")
     p_check.add_argument("--total-timeout", type=float, default=1800.0, metavar="S", help="seconds for the whole check")
     p_check.add_argument("--extra-tests", type=Path, metavar="DIR", help="another folder of tests to run as well")
@@ -605,20 +743,41 @@ def main(argv: list[str]) -> int:
             for task, regions in tasks.items():
                 for r in regions:
                     file = target / Path(*r.file.parts[1:])
-                    print(f"  {task:<{width}}  {_show(file)}:{r.begin:<5} {r.function}")
+                    worth = f"{r.points} pt" + ("s" if r.points > 1 else "")
+                    print(f"  {task:<{width}}  {worth:>6}  {_show(file)}:{r.begin:<5} {r.function}")
             print(f"Then grade your copy: python -m course homework check {args.chapter}")
             return 0
+        if args.command == "release":
+            from .release import release
+
+            target = release(args.dest, args.chapters, force=args.force)
+            print(f"Wrote the student release {_show(target)}")
+            return 0
+        fmt = args.format or ("json" if args.json else "table")
         tasks = args.task or (list(find_tasks(args.chapter, args.root)) if args.scored_only else None)
         result = check(args.chapter, args.dest, args.timeout, args.extra_tests, tasks, args.root,
                        total_timeout=args.total_timeout, verbose=args.verbose)
     except FileExistsError as exc:
-        print(f"homework start: {exc}", file=sys.stderr)
+        print(f"homework {args.command}: {exc}", file=sys.stderr)
         return 2
     except (CheckError, MarkerError) as exc:
         print(f"homework {args.command}: {exc}", file=sys.stderr)
+        if args.command == "check" and (args.format == "gradescope"):
+            _emit(gradescope(_unrunnable(args.chapter, f"the check could not run: {exc}", args.root)), args.output)
         return 2
-    if args.json:
-        print(json.dumps(result))
-    else:
+    if fmt == "table":
         _print_report(result, args.chapter)
+    else:
+        _emit(gradescope(result) if fmt == "gradescope" else result, args.output)
     return 0
+
+
+def _emit(obj: dict, output: Path | None) -> None:
+    """One JSON object: to `output`, or as the last line of stdout."""
+    text = json.dumps(obj)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+        print(f"wrote {_show(output)}")
+    else:
+        print(text)

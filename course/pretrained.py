@@ -152,8 +152,8 @@ def load_model(path: str | Path | None = None, dtype: torch.dtype = torch.float3
     state = {k: v.to(device=device, dtype=dtype) for k, v in state.items()
              if not (cfg.tie_word_embeddings and k == "lm_head.weight")}
     model.load_state_dict(state, strict=True, assign=True)
-    # the cos/sin tables are not in checkpoints (and stay fp32 whatever the weights' dtype)
-    model.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta).to(device)
+    # the rotary frequencies are not in checkpoints (and stay fp32 whatever the weights' dtype)
+    model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta).to(device)
     return model.eval()
 
 

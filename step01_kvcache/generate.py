@@ -64,7 +64,7 @@ def validate_prompt(cfg: ModelConfig, prompt_ids: Sequence[int] | torch.Tensor, 
 
 def sample_next(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     """One token from the logits of one position [vocab]."""
-    # BEGIN SOLUTION task1.sample
+    # BEGIN SOLUTION task1.sample points=2
     if params.temperature == 0:
         return int(torch.argmax(logits))
     probs = torch.softmax(logits.float() / params.temperature, dim=-1)
@@ -86,7 +86,7 @@ def generate(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, param
     device = model.device
     cache = KVCache(model.config, len(ids) + params.max_new_tokens, model.dtype, device) if use_cache else None
     out: list[int] = []
-    # BEGIN SOLUTION task1.decode_loop
+    # BEGIN SOLUTION task1.decode_loop points=2
     step_ids = ids  # the tokens this forward must run
     while len(out) < params.max_new_tokens:
         start = cache.length if cache is not None else 0

@@ -27,7 +27,7 @@ class KVCache:
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Append this step's k, v after the cached ones, then attend over all of them."""
-        # BEGIN SOLUTION task1.cache_attend
+        # BEGIN SOLUTION task1.cache_attend points=2
         start, T = self.length, q.shape[0]
         end = start + T
         if end > self.max_len:

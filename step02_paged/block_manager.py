@@ -36,7 +36,7 @@ class BlockManager:
 
     def allocate(self, n: int) -> list[int]:
         """n fresh blocks, each with ref_count 1. Raises OutOfBlocksError (state unchanged) if too few are free."""
-        # BEGIN SOLUTION task2.allocate_free
+        # BEGIN SOLUTION task2.allocate_free points=2
         if n < 0:
             raise ValueError(f"cannot allocate {n} blocks")
         if not self.can_allocate(n):
@@ -59,7 +59,7 @@ class BlockManager:
 
     def release(self, blocks: Sequence[int]) -> list[int]:
         """One holder fewer for each block; blocks that reach 0 go back to the free list. Returns those."""
-        # BEGIN SOLUTION task2.allocate_free
+        # BEGIN SOLUTION task2.allocate_free points=2
         pending: dict[int, int] = {}
         for b in blocks:
             self._check_id(b)

@@ -44,7 +44,7 @@ class KVCacheManager:
                        num_computed_tokens: int = 0) -> bool:
         """Grow `seq.block_table` to cover its computed tokens + `num_new_tokens`. On a sequence's admission
         `computed_blocks` (from get_computed_blocks) are shared first. All or nothing: False changes nothing."""
-        # BEGIN SOLUTION task2.allocate_slots
+        # BEGIN SOLUTION task2.allocate_slots points=3
         total = (num_computed_tokens if computed_blocks else seq.num_computed_tokens) + num_new_tokens
         need = max(0, cdiv(total, self.block_size) - len(seq.block_table) - len(computed_blocks))
         # a shared block with ref_count 0 (a cached free block, chapter 3) leaves the free pool when shared

@@ -33,14 +33,14 @@ class KVPool:
         return cache[layer].view(-1, cache.shape[-2], cache.shape[-1])  # [num_slots, heads, dim]
 
     def store(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Scatter the K/V rows of this step's tokens [T, heads, dim] into their slots [T] (one write each)."""
-        # BEGIN SOLUTION task2.store_gather
+        """Put the K/V rows of this step's tokens [T, heads, dim] into their slots [T] (one write per tensor)."""
+        # BEGIN SOLUTION task2.paged_attention points=2
         self._flat(self.k, layer)[slot_mapping] = k
         self._flat(self.v, layer)[slot_mapping] = v
         # END SOLUTION
 
     def gather(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V at any tensor of slot indices (e.g. [batch, context]): one flat-index read each."""
-        # BEGIN SOLUTION task2.store_gather
+        # BEGIN SOLUTION task2.paged_attention points=2
         return self._flat(self.k, layer)[slots], self._flat(self.v, layer)[slots]
         # END SOLUTION

@@ -47,10 +47,14 @@ class AttentionMetadata:
         tables = block_table_tensor(block_tables, device)
         computed = torch.tensor(num_computed, dtype=torch.long, device=device)
         counts = torch.tensor(num_new, dtype=torch.long, device=device)
+        # The flat batch, without a Python loop over tokens: `starts` (the first row of each sequence),
+        # then every row's absolute position and its slot.
+        # BEGIN SOLUTION task2.slot_mapping points=2
         seq_index = torch.repeat_interleave(torch.arange(n, device=device), counts)
         starts = torch.cumsum(counts, 0) - counts  # first flat row of each sequence
         positions = computed[seq_index] + torch.arange(int(counts.sum()), device=device) - starts[seq_index]
         slots = slot_mapping(tables, seq_index, positions, block_size)
+        # END SOLUTION
 
         decode_slots = decode_mask = None
         if num_decodes:
@@ -87,6 +91,10 @@ class PagedAttention:
         return self.md.positions
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Store this step's k, v [T, Hkv, D] in the pool, then attend q [T, Hq, D] with chapter 1's
+        `attention`: the decode rows together as one padded batch, each prefill chunk over its own context.
+        Returns [T, Hq * D] in the rows' order."""
+        # BEGIN SOLUTION task2.paged_attention points=2
         md = self.md
         self.pool.store(layer, md.slot_mapping, k, v)
         parts = []
@@ -98,3 +106,4 @@ class PagedAttention:
             keys, values = self.pool.gather(layer, span.slots)  # [context, Hkv, D]
             parts.append(attention(q[span.start: span.end], keys, values, span.mask))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
+        # END SOLUTION

@@ -41,7 +41,7 @@ class Scheduler:
 
     def schedule(self) -> list[tuple[Sequence, int]]:
         """(sequence, number of new tokens to run) for this step."""
-        # BEGIN SOLUTION task2.schedule
+        # BEGIN SOLUTION task2.schedule points=4
         budget = self.config.max_num_batched_tokens
         chunked = self.config.enable_chunked_prefill
         scheduled: list[tuple[Sequence, int]] = []

@@ -18,16 +18,19 @@ def block_table_tensor(block_tables: list[list[int]], device: torch.device | str
 
 def slot_mapping(block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor,
                  block_size: int) -> torch.Tensor:
-    """Slot of each token: block_tables [B, max_blocks]; seq_index, positions [T] (which row, which position)."""
-    # BEGIN SOLUTION task2.slot_mapping
+    """Slot of each token: block_tables [B, max_blocks]; seq_index, positions: which row and which position,
+    any two shapes that broadcast together (the result has their broadcast shape). Tensor ops only."""
+    # BEGIN SOLUTION task2.slot_mapping points=2
     blocks = block_tables[seq_index, positions // block_size]
     return blocks * block_size + positions % block_size
     # END SOLUTION
 
 
 def context_slots(block_tables: torch.Tensor, context_len: int, block_size: int) -> torch.Tensor:
-    """Slots of positions 0..context_len-1 for every row: [B, context_len]. Rows shorter than context_len
-    read padding there, which attention masks out."""
+    """Slots of positions 0..context_len-1 for every row: [B, context_len], in one `slot_mapping` call.
+    Rows shorter than context_len read padding there, which attention masks out."""
+    # BEGIN SOLUTION task2.slot_mapping points=2
     positions = torch.arange(context_len, device=block_tables.device)
     rows = torch.arange(block_tables.shape[0], device=block_tables.device)[:, None]
     return slot_mapping(block_tables, rows, positions[None, :], block_size)
+    # END SOLUTION

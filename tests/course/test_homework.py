@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import json
-import textwrap
 import time
 from pathlib import Path
 
@@ -11,94 +10,7 @@ import pytest
 
 from course import homework as hw
 
-MATHY = '''\
-"""A fake chapter module: two tasks."""
-from __future__ import annotations
-
-import functools
-
-
-def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:
-    """Sum, scaled."""
-    # BEGIN SOLUTION task91.add
-    total = a + b
-    return total * scale
-    # END SOLUTION
-
-
-class Counter:
-    """Counts things."""
-
-    @functools.lru_cache(maxsize=None)  # noqa: B019
-    def triangle(self, n: int) -> int:
-        """0 + 1 + ... + n - 1."""
-        total = 0
-        # BEGIN SOLUTION task91.triangle
-        for i in range(n):
-            total += i
-        # END SOLUTION
-        return total
-'''
-
-TESTS = '''\
-import pytest
-
-from step91_fake.mathy import Counter, add
-
-
-@pytest.mark.task("task91.add")
-def test_add():
-    assert add(1) == 3
-
-
-@pytest.mark.task("task91.add")
-@pytest.mark.parametrize("scale", [0.5, 2.0])
-def test_add_scaled(scale):
-    assert add(1, 1, scale=scale) == 2 * scale
-
-
-@pytest.mark.task("task91.triangle")
-def test_triangle():
-    assert Counter().triangle(4) == 6
-
-
-def test_untagged():
-    assert add(0, 0) == 0
-'''
-
-
-@pytest.fixture
-def course(tmp_path: Path) -> Path:
-    """A course root with chapter step91_fake (2 tasks, 4 tagged tests + 1 untagged) and step92_uses
-    (1 task, built on step91_fake by import)."""
-    root = tmp_path / "course"
-    (root / "step91_fake").mkdir(parents=True)
-    (root / "step91_fake" / "__init__.py").write_text('"""Fake chapter 91."""\n')
-    (root / "step91_fake" / "mathy.py").write_text(MATHY)
-    (root / "tests" / "step91").mkdir(parents=True)
-    (root / "tests" / "step91" / "test_fake.py").write_text(TESTS)
-    (root / "step92_uses").mkdir()
-    (root / "step92_uses" / "__init__.py").write_text(textwrap.dedent('''\
-        from step91_fake.mathy import add
-
-
-        def double_add(a: int) -> float:
-            """Twice add(a)."""
-            # BEGIN SOLUTION task92.double
-            return 2 * add(a)
-            # END SOLUTION
-        '''))
-    (root / "tests" / "step92").mkdir(parents=True)
-    (root / "tests" / "step92" / "test_uses.py").write_text(textwrap.dedent('''\
-        import pytest
-        from step92_uses import double_add
-
-
-        @pytest.mark.task("task92.double")
-        def test_double():
-            assert double_add(1) == 6
-        '''))
-    return root
+from .conftest import MATHY
 
 
 def _functions(source: str) -> list[tuple]:
@@ -295,3 +207,86 @@ def test_a_test_process_that_dies_is_reported(course: Path, tmp_path: Path):
     mathy.write_text(mathy.read_text().replace("total = a + b", "import os\n    os._exit(3)"))
     result = hw.check("step91", tmp_path / "hw", timeout=10, root=course)
     assert "died (exit code 3)" in result["error"] and result["score"] == 0
+
+
+# ---------------------------------------------------------------- points and the Gradescope format
+
+
+def _worth(course: Path, points: str) -> None:
+    """Give task91.triangle `points` on its marker (e.g. ' points=3')."""
+    mathy = course / "step91_fake" / "mathy.py"
+    marker = "# BEGIN SOLUTION task91.triangle"
+    mathy.write_text(mathy.read_text().replace(marker, marker + points))
+
+
+@pytest.mark.parametrize("marker,points", [("task1.x", 1), ("task1.x points=3", 3), ("task1.x   points=12  ", 12)])
+def test_points_are_read_from_the_marker(marker: str, points: int):
+    [region] = hw.find_regions(f"def f():\n    # BEGIN SOLUTION {marker}\n    pass\n    # END SOLUTION\n")
+    assert (region.task, region.points) == ("task1.x", points)
+
+
+@pytest.mark.parametrize("marker,error", [
+    ("task1.x points=0", r"x\.py:2: .*points=N"), ("task1.x points=two", r"x\.py:2: .*points=N"),
+    ("task1.x pts=2", r"x\.py:2: .*points=N"), ("points=2", r"x\.py:2: .*task id"),
+    ("task1.x points=2 points=3", r"x\.py:2: .*one option"),
+])
+def test_bad_points_are_clear_errors(marker: str, error: str):
+    with pytest.raises(hw.MarkerError, match=error):
+        hw.find_regions(f"def f():\n    # BEGIN SOLUTION {marker}\n    pass\n    # END SOLUTION\n", "x.py")
+
+
+def test_markers_of_one_task_must_agree_on_points(course: Path, tmp_path: Path):
+    source = ("def f():\n    # BEGIN SOLUTION t.a points=2\n    pass\n    # END SOLUTION\n\n\n"
+              "def g():\n    # BEGIN SOLUTION t.a\n    pass\n    # END SOLUTION\n")
+    with pytest.raises(hw.MarkerError, match=r"x\.py:8: t\.a is worth points=1 here but points=2 at x\.py:2"):
+        hw.find_regions(source, "x.py")
+    # across files of one chapter: the error names both places, and no copy is made
+    (course / "step91_fake" / "more.py").write_text(
+        "def h():\n    # BEGIN SOLUTION task91.add points=4\n    pass\n    # END SOLUTION\n")
+    with pytest.raises(hw.MarkerError, match=r"more\.py:2: task91\.add is worth points=4 here but points=1 at "
+                                             r".*mathy\.py:9"):
+        hw.start("step91", tmp_path / "hw", root=course)
+    assert not (tmp_path / "hw" / "step91_fake").exists()
+
+
+def test_points_weigh_the_score_in_json_and_table(course: Path, tmp_path: Path, capsys):
+    _worth(course, " points=3")
+    hw.start("step91", tmp_path / "hw", only={"task91.triangle"}, root=course)
+    argv = ["check", "step91", "--dest", str(tmp_path / "hw"), "--root", str(course)]
+    assert hw.main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [(t["id"], t["points"], t["max_points"]) for t in result["tasks"]] == [
+        ("task91.add", 1, 1), ("task91.triangle", 0, 3)]
+    assert (result["score"], result["max_score"]) == (1, 4)
+    assert hw.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "score: 1/4" in out and "0/3" in out
+
+
+def test_gradescope_results_file(course: Path, tmp_path: Path, capsys):
+    _worth(course, " points=3")
+    hw.start("step91", tmp_path / "hw", only={"task91.add"}, root=course)
+    results = tmp_path / "results" / "results.json"
+    argv = ["check", "step91", "--dest", str(tmp_path / "hw"), "--root", str(course), "--format", "gradescope"]
+    assert hw.main([*argv, "--output", str(results)]) == 0
+    data = json.loads(results.read_text())
+    assert data["score"] == 3 and isinstance(data["execution_time"], float | int)
+    assert [(t["name"], t["score"], t["max_score"], t["visibility"]) for t in data["tests"]] == [
+        ("task91.add", 0, 1, "visible"), ("task91.triangle", 3, 3, "visible")]
+    add = data["tests"][0]["output"]
+    assert "0/3 tests pass" in add and "NotImplementedError: task91.add" in add
+    assert "3/4" in data["output"]
+    capsys.readouterr()
+    assert hw.main(argv) == 0  # without --output: the same object on stdout
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tests"] == data["tests"]
+
+
+def test_gradescope_gets_a_results_file_even_when_the_check_cannot_run(course: Path, tmp_path: Path, capsys):
+    results = tmp_path / "results.json"
+    argv = ["check", "step91", "--dest", str(tmp_path / "none"), "--root", str(course), "--format", "gradescope",
+            "--output", str(results)]
+    assert hw.main(argv) == 2
+    data = json.loads(results.read_text())
+    assert data["score"] == 0 and [(t["name"], t["max_score"]) for t in data["tests"]] == [
+        ("task91.add", 1), ("task91.triangle", 1)]
+    assert "homework start step91" in data["output"]

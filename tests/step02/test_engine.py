@@ -29,6 +29,8 @@ def reference(model):
 
 @pytest.mark.task("task2.schedule")
 @pytest.mark.task("task2.allocate_slots")
+@pytest.mark.task("task2.slot_mapping")
+@pytest.mark.task("task2.paged_attention")
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("chunked", [True, False])
 def test_engine_matches_step01(model, reference, block_size, chunked):

@@ -1,11 +1,13 @@
-"""Slot mapping, store and gather against plain Python loops (the seed's pre-optimization code)."""
+"""Slot mapping, store, gather and paged attention against plain Python loops and contiguous attention."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from course.tiny import tiny_config
+from step01_kvcache.attention import attention, causal_mask
 from step02_paged.kv_pool import KVPool
+from step02_paged.paged_attention import AttentionMetadata, PagedAttention
 from step02_paged.slot_mapping import block_table_tensor, context_slots, slot_mapping
 
 TABLES = [[3, 0, 5], [1], [4, 2]]
@@ -38,7 +40,7 @@ def test_context_slots_rows():
     assert got[2, :4].tolist() == [8, 9, 4, 5]
 
 
-@pytest.mark.task("task2.store_gather")
+@pytest.mark.task("task2.paged_attention")
 def test_store_then_gather_roundtrip():
     cfg = tiny_config()
     pool = KVPool(cfg, num_blocks=6, block_size=4)
@@ -61,3 +63,34 @@ def test_pool_shape_and_bad_sizes():
     assert pool.bytes_per_block == 2 * cfg.num_layers * 4 * cfg.num_kv_heads * cfg.head_dim * 4
     with pytest.raises(ValueError):
         KVPool(cfg, 3, 0)
+
+
+@pytest.mark.task("task2.slot_mapping")
+def test_step_metadata_positions_and_slots_match_a_loop():
+    """Two decodes, then a prefill chunk after 3 cached tokens and a fresh prompt: every row's position and slot."""
+    tables, computed, new, bs = [[3, 0], [1], [4, 2], [5]], [5, 2, 3, 0], [1, 1, 4, 2], 4
+    md = AttentionMetadata.build(tables, computed, new, bs)
+    positions = [p for c, t in zip(computed, new) for p in range(c, c + t)]
+    rows = [i for i, t in enumerate(new) for _ in range(t)]
+    assert md.positions.tolist() == positions
+    assert md.slot_mapping.tolist() == [naive_slot(tables[i], p, bs) for i, p in zip(rows, positions)]
+    assert md.num_decodes == 2 and [(s.start, s.end) for s in md.prefills] == [(2, 6), (6, 8)]
+    assert md.prefills[0].slots.tolist() == [naive_slot(tables[2], p, bs) for p in range(7)]
+
+
+@pytest.mark.task("task2.paged_attention")
+def test_paged_attention_equals_contiguous_attention():
+    """Per layer: the step's K/V land in the pool, and each sequence attends over exactly its own context."""
+    cfg = tiny_config()
+    bs, tables, computed, new = 2, [[4, 1], [0, 5, 3], [2]], [2, 0, 0], [1, 5, 2]
+    pool = KVPool(cfg, num_blocks=6, block_size=bs)
+    hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    cached_k, cached_v = torch.randn(2, hkv, d), torch.randn(2, hkv, d)  # sequence 0's first two tokens
+    pool.store(1, torch.tensor([naive_slot(tables[0], p, bs) for p in range(2)]), cached_k, cached_v)
+    q, k, v = torch.randn(8, hq, d), torch.randn(8, hkv, d), torch.randn(8, hkv, d)
+    out = PagedAttention.for_step(pool, tables, computed, new).attend(1, q, k, v)
+    decode = attention(q[:1], torch.cat([cached_k, k[:1]]), torch.cat([cached_v, v[:1]]), None)
+    first = attention(q[1:6], k[1:6], v[1:6], causal_mask(torch.arange(5), 5))
+    second = attention(q[6:], k[6:], v[6:], causal_mask(torch.arange(2), 2))
+    torch.testing.assert_close(out, torch.cat([decode, first, second]))
+    assert pool.k[0].abs().sum() == 0, "another layer was written"

@@ -1,0 +1,171 @@
+"""A student edition of the course: nbgrader's "generate assignment", for a whole repository.
+
+`release(dest)` copies every file of the course that git tracks (or, outside git, every file that is not
+a build output) to `dest`, stubs every marked body of the chapters handed out exactly as `homework start`
+does (signatures and docstrings kept, `raise NotImplementedError` in place of the body), and leaves out the
+instructor-only files: the answer keys and the tests that check them. Chapters are discovered (every
+`stepNN_*` package), so a new chapter with markers is released without registering it anywhere.
+
+In the release there is no reference: the tests of a stubbed chapter fail (they do not crash the run),
+the homework proof skips, and `homework check` grades the student's copies as it does here.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from . import homework as hw
+from .paths import REPO_ROOT
+
+# Instructor-only: never in a release (answer keys, and the tests that hold their numbers).
+INSTRUCTOR_ONLY = ("instructors", "tests/instructors")
+# What a release is made of when the course is not a git checkout: everything but these.
+_NOT_SOURCE = {".git", ".venv", "homework", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
+               ".ipynb_checkpoints", "build", "dist", ".gl"}
+MARKER = ".course-release"  # a JSON file at the top of every release: what was stubbed, from which commit
+
+
+def is_instructor_only(relative: Path) -> bool:
+    parts = relative.parts
+    return any(parts[: len(Path(p).parts)] == Path(p).parts for p in INSTRUCTOR_ONLY)
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout
+
+
+def course_files(root: Path) -> Iterator[Path]:
+    """Every file of the course, relative to `root`: git's tracked and not-ignored files when `root` is a
+    checkout (so .venv, caches and homework/ copies never travel), else a walk that skips build outputs."""
+    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if listed is not None:
+        names = sorted({Path(n) for n in listed.split("\0") if n})
+        yield from (n for n in names if (root / n).is_file() and not (root / n).is_symlink())
+        return
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if path.is_file() and not path.is_symlink() and not _NOT_SOURCE & set(relative.parts[:-1] or ()) \
+                and relative.parts[0] not in _NOT_SOURCE and not path.name.endswith((".pyc", ".egg-info")):
+            yield relative
+
+
+def _selected(chapters: Iterable[str] | None, root: Path) -> list[str]:
+    if chapters is None:
+        return hw.chapters(root)
+    return sorted({hw.resolve_chapter(c, root)[0] for c in chapters})
+
+
+def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path | None = None,
+            force: bool = False) -> Path:
+    """Write the student edition of the course at `root` to `dest`; `chapters` are stubbed (default: all).
+
+    Every stub is made before anything is written, so a bad marker leaves no half-made release.
+    """
+    root = (root or REPO_ROOT).resolve()
+    dest = Path(dest).resolve()
+    if dest == root or root.is_relative_to(dest):
+        raise hw.CheckError(f"{dest} would overwrite the course itself")
+    if dest.exists() and any(dest.iterdir()):
+        if not (force and (dest / MARKER).is_file()):
+            raise FileExistsError(f"{hw._show(dest)} is not empty" + (
+                "; pass --force to replace the earlier release there" if (dest / MARKER).is_file() else
+                " and holds no earlier release: choose an empty folder"))
+    stubbed = _selected(chapters, root)
+    files = [f for f in course_files(root) if not is_instructor_only(f) and not (root / f).is_relative_to(dest)]
+    texts: dict[Path, str] = {}
+    for package in stubbed:
+        hw.find_tasks(package, root)  # points must agree across the chapter's markers
+        for f in files:
+            if f.parts[0] == package and f.suffix == ".py":
+                texts[f] = hw.make_stub((root / f).read_text(), None, package, str(f))
+    if dest.exists():
+        shutil.rmtree(dest)
+    for f in files:
+        target = dest / f
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if f in texts:
+            target.write_text(texts[f])
+            shutil.copymode(root / f, target)
+        else:
+            shutil.copy2(root / f, target)
+    if stubbed and (root / "pyproject.toml").is_file() and not (root / "ruff.toml").exists():
+        (dest / "ruff.toml").write_text(_ruff_config(stubbed))
+    commit = (_git(root, "rev-parse", "HEAD") or "").strip() or None
+    tasks = {p: hw.task_points(hw.find_tasks(p, dest)) for p in stubbed}
+    (dest / MARKER).write_text(json.dumps({"stubbed": tasks, "from_commit": commit}, indent=1) + "\n")
+    return dest
+
+
+def _ruff_config(stubbed: list[str]) -> str:
+    """The project's lint settings, minus what a stub leaves behind: imports and names only the solution
+    used (F401, F841) and names a stubbed region defined for the code after it (F821)."""
+    lines = ["# Written by `python -m course homework release`: the project's settings (pyproject.toml), except",
+             "# that stubbed bodies leave imports and names behind that only the solutions use.",
+             'extend = "pyproject.toml"', "", "[lint.per-file-ignores]"]
+    lines += [f'"{package}/**/*.py" = ["F401", "F821", "F841"]' for package in stubbed]
+    return "\n".join(lines) + "\n"
+
+
+def is_release(root: Path | None = None) -> bool:
+    """Whether `root` is a student release (made by `release`), where reference bodies are stubs."""
+    return ((root or REPO_ROOT) / MARKER).is_file()
+
+
+
+def _normal(line: str) -> str:
+    """A line without its whitespace (and without a trailing comment): what the leak search compares."""
+    code = line if line.lstrip().startswith("#") else line.split("  #")[0]
+    return "".join(code.split())
+
+
+def solution_bodies(root: Path | None = None, chapters: Iterable[str] | None = None) -> dict[str, list[list[str]]]:
+    """Task -> the normalized non-blank lines of each of its reference bodies."""
+    root = (root or REPO_ROOT).resolve()
+    out: dict[str, list[list[str]]] = {}
+    for package in _selected(chapters, root):
+        for task, regions in hw.find_tasks(package, root).items():
+            for r in regions:
+                lines = (root / r.file).read_text().splitlines()[r.begin:r.end - 1]
+                body = [n for n in map(_normal, lines) if n]
+                if body and not hw.is_stub((root / r.file).read_text(), r):
+                    out.setdefault(task, []).append(body)
+    return out
+
+
+LONG_LINE = 30  # characters (whitespace removed): one such line of a solution is a leak on its own
+PAIR_LINE = 14  # two consecutive lines of a solution, each this long at least, are a leak together
+
+
+def find_leaks(release_dir: Path, root: Path | None = None, chapters: Iterable[str] | None = None
+               ) -> list[tuple[str, int, str, str]]:
+    """(file, line, task, what) for every place in a text file of `release_dir` that holds a solution body's
+    line of LONG_LINE+ characters, or two consecutive PAIR_LINE+ lines of one body, whitespace ignored.
+
+    Short lines (`for b in blocks:`, `node = node.parent`) are idioms any code has, not answers."""
+    bodies = solution_bodies(root, chapters)
+    long_lines = {line: task for task, bs in bodies.items() for body in bs for line in body if len(line) >= LONG_LINE}
+    pairs = {(a, b): task for task, bs in bodies.items() for body in bs for a, b in zip(body, body[1:])
+             if min(len(a), len(b)) >= PAIR_LINE}
+    found = []
+    for path in sorted(p for p in Path(release_dir).rglob("*") if p.is_file()):
+        try:
+            text = path.read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        where = str(path.relative_to(release_dir))
+        lines = [(n, _normal(line)) for n, line in enumerate(text.splitlines(), 1)]
+        lines = [(n, line) for n, line in lines if line]
+        for (n, line), (_, following) in zip(lines, lines[1:] + [(0, "")]):
+            for solution, task in long_lines.items():
+                if solution in line:
+                    found.append((where, n, task, solution))
+            if (line, following) in pairs:
+                found.append((where, n, pairs[line, following], f"{line} / {following}"))
+    return found

@@ -1,0 +1,189 @@
+"""The student release: stubs everywhere, no solution text, no instructor files, and homework still works in it.
+
+First on the fake course of conftest.py (fast), then on this course itself: every task's reference body is
+searched for in the whole release. In a release there is no reference to search for, so those tests skip.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course import homework as hw
+from course import release as rel
+
+REAL = hw.REPO_ROOT
+IN_A_RELEASE = any(hw.stubbed_tasks(c) for c in hw.chapters())
+NO_REFERENCE = "a student release: the bodies are stubs here, so there is no reference to search for"
+
+
+@pytest.fixture
+def fake(course: Path) -> Path:
+    """The fake course plus what a real one has around its chapters: a README, answer keys, their tests."""
+    (course / "README.md").write_text("# Fake course\n")
+    (course / "instructors" / "answers").mkdir(parents=True)
+    (course / "instructors" / "answers" / "step91.md").write_text("1. total * scale\n")
+    (course / "tests" / "instructors").mkdir()
+    (course / "tests" / "instructors" / "test_keys.py").write_text("def test_key():\n    assert 6 == 6\n")
+    (course / "step91_fake" / "__pycache__").mkdir()
+    (course / "step91_fake" / "__pycache__" / "mathy.cpython-311.pyc").write_bytes(b"\0")
+    return course
+
+
+def test_release_stubs_every_chapter_and_leaves_instructor_files_out(fake: Path, tmp_path: Path):
+    out = rel.release(tmp_path / "student", root=fake)
+    assert (out / "README.md").read_text() == "# Fake course\n"
+    assert (out / "tests" / "step91" / "test_fake.py").is_file()
+    assert not (out / "instructors").exists() and not (out / "tests" / "instructors").exists()
+    assert not list(out.rglob("__pycache__"))
+    mathy = (out / "step91_fake" / "mathy.py").read_text()
+    assert mathy == hw.make_stub((fake / "step91_fake" / "mathy.py").read_text(), chapter="step91_fake")
+    assert hw.stubbed_tasks("step91", out) == {"task91.add", "task91.triangle"}
+    assert hw.stubbed_tasks("step92", out) == {"task92.double"}
+    assert hw.stubbed_tasks("step91", fake) == set()
+    assert json.loads((out / rel.MARKER).read_text())["stubbed"] == {
+        "step91_fake": {"task91.add": 1, "task91.triangle": 1}, "step92_uses": {"task92.double": 1}}
+    assert rel.is_release(out) and not rel.is_release(fake)
+    assert rel.find_leaks(out, fake) == []
+
+
+def test_a_new_chapter_is_released_without_registering_it(fake: Path, tmp_path: Path):
+    (fake / "step93_new").mkdir()
+    (fake / "step93_new" / "__init__.py").write_text(
+        "def f():\n    # BEGIN SOLUTION task93.f points=5\n    return 41 + 1\n    # END SOLUTION\n")
+    out = rel.release(tmp_path / "student", root=fake)
+    assert hw.stubbed_tasks("step93", out) == {"task93.f"}
+    assert "41 + 1" not in (out / "step93_new" / "__init__.py").read_text()
+
+
+def test_chapters_chooses_what_is_handed_out(fake: Path, tmp_path: Path):
+    out = rel.release(tmp_path / "student", chapters=["step92"], root=fake)
+    assert hw.stubbed_tasks("step91", out) == set() and hw.stubbed_tasks("step92", out) == {"task92.double"}
+    with pytest.raises(hw.CheckError, match="unknown chapter 'step99'"):
+        rel.release(tmp_path / "other", chapters=["step99"], root=fake)
+
+
+def test_release_refuses_to_overwrite_what_is_not_a_release(fake: Path, tmp_path: Path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("my notes")
+    with pytest.raises(FileExistsError, match="holds no earlier release"):
+        rel.release(tmp_path / "mine", root=fake, force=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "my notes"
+    with pytest.raises(hw.CheckError, match="overwrite the course itself"):
+        rel.release(fake, root=fake)
+    out = rel.release(tmp_path / "student", root=fake)
+    with pytest.raises(FileExistsError, match="--force"):
+        rel.release(out, root=fake)
+    assert rel.release(out, root=fake, force=True) == out
+
+
+def test_a_bad_marker_leaves_no_release(fake: Path, tmp_path: Path):
+    (fake / "step92_uses" / "bad.py").write_text("def g():\n    # BEGIN SOLUTION t.x\n    return 1\n")
+    with pytest.raises(hw.MarkerError, match=r"step92_uses/bad\.py:2:"):
+        rel.release(tmp_path / "student", root=fake)
+    assert not (tmp_path / "student").exists()
+
+
+def test_leaks_are_found_in_any_text_file(fake: Path, tmp_path: Path):
+    (fake / "step91_fake" / "stats.py").write_text(
+        'def mean(values):\n    """Average."""\n    # BEGIN SOLUTION task91.mean\n    total_of_values = sum(values)\n'
+        "    return total_of_values / max(len(values), 1)\n    # END SOLUTION\n")
+    out = rel.release(tmp_path / "student", root=fake)
+    assert rel.find_leaks(out, fake) == []
+    (out / "README.md").write_text("Hint:\n\n    return total_of_values/max(len(values), 1)\n")  # one long line
+    (out / "tests" / "step91" / "helper.py").write_text(  # two consecutive lines, spaced differently
+        "x = 1\ntotal_of_values  =  sum(values)\nreturn 0 if not values else ...\n\n"
+        "total_of_values = sum( values )\nreturn total_of_values / n\n")
+    leaks = rel.find_leaks(out, fake)
+    assert {(f, n, task) for f, n, task, _ in leaks} == {("README.md", 3, "task91.mean")}
+    (out / "tests" / "step91" / "helper.py").write_text("total_of_values = sum(values)\n"
+                                                         "return total_of_values / max(len(values), 1)\n")
+    leaks = rel.find_leaks(out, fake)
+    assert {(f, n, task) for f, n, task, _ in leaks} == {("README.md", 3, "task91.mean"),
+                                                         ("tests/step91/helper.py", 1, "task91.mean"),
+                                                         ("tests/step91/helper.py", 2, "task91.mean")}
+
+
+def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
+    """Stubs score 0; the reference bodies copied into the student's copies score full, and a chapter is
+    graded against the student's copy of the chapter it builds on (the release has no reference of it)."""
+    out = rel.release(tmp_path / "student", root=fake)
+    dest = out / "homework"
+    for chapter in ("step91", "step92"):
+        hw.start(chapter, dest, root=out)
+    stubs = [hw.plan(c, dest, timeout=10, root=out) for c in ("step91", "step92")]
+    assert [(r["score"], r["max_score"]) for r in hw.execute(stubs)] == [(0, 2), (0, 1)]
+
+    shutil.copytree(fake / "step92_uses", dest / "step92_uses", dirs_exist_ok=True)
+    [alone] = hw.execute([hw.plan("step92", dest, timeout=10, root=out)])
+    assert alone["score"] == 0, "step92 must not pass on the stubbed step91 it builds on"
+    assert "imported from your copy" in alone["notes"][0]
+
+    shutil.copytree(fake / "step91_fake", dest / "step91_fake", dirs_exist_ok=True)
+    full = [hw.plan(c, dest, timeout=10, root=out) for c in ("step91", "step92")]
+    assert [(r["score"], r["max_score"]) for r in hw.execute(full)] == [(2, 2), (1, 1)]
+
+    shutil.rmtree(dest / "step91_fake")
+    run = hw.plan("step92", dest, timeout=10, root=out)
+    assert run.built_on == [] and "no copy of it" in run.notes[0]
+
+
+def test_release_command_line(fake: Path, tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setattr(hw, "REPO_ROOT", fake)
+    monkeypatch.setattr(rel, "REPO_ROOT", fake)
+    assert hw.main(["release", str(tmp_path / "student"), "--chapters", "step91"]) == 0
+    assert "student" in capsys.readouterr().out
+    assert hw.stubbed_tasks("step91", tmp_path / "student") and not hw.stubbed_tasks("step92", tmp_path / "student")
+    assert hw.main(["release", str(tmp_path / "student")]) == 2
+    assert "--force" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- this course
+
+
+@pytest.fixture(scope="module")
+def real_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if IN_A_RELEASE:
+        pytest.skip(NO_REFERENCE)
+    return rel.release(tmp_path_factory.mktemp("release") / "course")
+
+
+# Chapter 5's `_share` and `cache_finished_req` are calls that chapter 2's `KVCacheManager` and chapter 4's
+# `RadixCache` make in public code; chapter 5's tasks are being reworked so that they are not.
+KNOWN_LEAKS = {"task5.share", "task5.release"}
+TASKS = [(c, t) for c in hw.chapters() for t in hw.find_tasks(c)]
+
+
+@pytest.mark.parametrize("chapter,task", [
+    pytest.param(c, t, marks=pytest.mark.xfail(reason="answered by public code of earlier chapters", strict=False))
+    if t in KNOWN_LEAKS else (c, t) for c, t in TASKS], ids=[f"{c}:{t}" for c, t in TASKS])
+def test_no_solution_text_in_the_release(chapter: str, task: str, real_release: Path):
+    leaks = [leak for leak in rel.find_leaks(real_release) if leak[2] == task]
+    assert not leaks, f"{task}'s reference body survives in the release: " + "; ".join(
+        f"{f}:{n}: {what}" for f, n, _, what in leaks)
+    regions = hw.find_tasks(chapter, real_release)[task]
+    assert all(hw.is_stub((real_release / r.file).read_text(), r) for r in regions)
+
+
+def test_the_release_is_the_whole_course_minus_instructor_files(real_release: Path):
+    tracked = {f for f in rel.course_files(REAL)}
+    shipped = {f for f in rel.course_files(real_release)} - {Path(rel.MARKER), Path("ruff.toml")}
+    assert shipped == {f for f in tracked if not rel.is_instructor_only(f)}
+    for must in ("Makefile", "pyproject.toml", "README.md", "scripts/setup.sh", ".ci/run", "course/homework.py",
+                 "tests/test_homework_proof.py", *[f"{c}/README.md" for c in hw.chapters()]):
+        assert (real_release / must).is_file(), must
+    assert list((real_release / "notebooks").glob("*.ipynb"))
+    assert not (real_release / "instructors").exists() and not (real_release / "tests" / "instructors").exists()
+
+
+def test_the_release_passes_the_linter(real_release: Path):
+    """Stubs leave imports and names that only the solutions used: the release's ruff.toml allows those."""
+    ruff = Path(sys.executable).with_name("ruff")
+    if not ruff.is_file():
+        pytest.skip("ruff is not installed next to this Python")
+    done = subprocess.run([str(ruff), "check", "--no-cache", "."], cwd=real_release, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:]

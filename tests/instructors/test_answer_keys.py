@@ -1,0 +1,260 @@
+"""The answer keys of the thought questions (instructors/answers/stepNN.md) against the chapters' code.
+
+Every number an answer states is computed here from the code it talks about, and must appear in the
+answer. Instructors only: the student release leaves this folder and the keys out.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from course import homework as hw
+from course.tiny import tiny_model
+from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.kv_cache import KVCache
+
+KEYS = hw.REPO_ROOT / "instructors" / "answers"
+pytestmark = pytest.mark.skipif(not KEYS.is_dir(), reason="the answer keys are not part of a student release")
+GREEDY = dict(stop_token_ids=())
+
+
+def answer(chapter: str, n: int) -> str:
+    """The text of answer `n` in the chapter's key (from its '## n.' heading to the next heading)."""
+    text = (KEYS / f"{chapter}.md").read_text()
+    m = re.search(rf"^## {n}\. .*?(?=^## |\Z)", text, re.S | re.M)
+    assert m, f"instructors/answers/{chapter}.md has no answer '## {n}.'"
+    return " ".join(m.group(0).split())
+
+
+def says(chapter: str, n: int, *numbers: str) -> None:
+    text = answer(chapter, n)
+    for number in numbers:
+        assert number in text, f"answer {n} of {chapter} should say {number!r} (computed from the code)"
+
+
+def questions(package: str) -> int:
+    """How many thought questions the chapter's README asks."""
+    readme = (hw.REPO_ROOT / package / "README.md").read_text()
+    part = readme.split("**Thought questions**", 1)[1].split("**Homework", 1)[0]
+    return len(re.findall(r"^\d+\. ", part, re.M))
+
+
+@pytest.mark.parametrize("package", [c for c in hw.chapters()
+                                     if "**Thought questions**" in (hw.REPO_ROOT / c / "README.md").read_text()])
+def test_every_thought_question_has_an_answer(package: str):
+    chapter = package.split("_")[0]
+    assert (KEYS / f"{chapter}.md").is_file(), f"no answer key instructors/answers/{chapter}.md"
+    for n in range(1, questions(package) + 1):
+        assert len(answer(chapter, n)) > 200
+    assert not re.search(rf"^## {questions(package) + 1}\. ", (KEYS / f"{chapter}.md").read_text(), re.M), \
+        "the key answers more questions than the README asks (renumbered?)"
+
+
+def test_keys_cite_sources_by_name():
+    for key in KEYS.glob("*.md"):
+        text = key.read_text()
+        assert not re.search(r"\bseed 0\d\d\b|\bBug \d\b|\bissue \d+\b|DESIGN\.md", text, re.I), key.name
+
+
+# ---------------------------------------------------------------- chapter 1
+
+
+def _smollm2():
+    """SmolLM2's config and parameter count, read from the GGUF header (no weights converted)."""
+    gguf = pytest.importorskip("gguf")
+    from course.pretrained import config_from_gguf, gguf_path
+
+    reader = gguf.GGUFReader(gguf_path())
+    return config_from_gguf(reader), sum(int(t.n_elements) for t in reader.tensors)
+
+
+def test_step01_q1_cache_memory():
+    cfg, params = _smollm2()
+    per_token = cfg.kv_bytes_per_token()
+    fp32 = KVCache(cfg, 8192, torch.float32, "meta").nbytes()
+    bf16 = KVCache(cfg, 8192, torch.bfloat16, "meta").nbytes()
+    says("step01", 1, f"{per_token:,} bytes", f"{fp32 // 2**20} MiB", f"{bf16 // 2**20} MiB", f"{params:,}",
+         f"{math.ceil(params * 4 / per_token):,} tokens")
+
+
+def test_step01_q4_token_forwards():
+    model = tiny_model(seed=0)
+    counted: list[int] = []
+    model.register_forward_pre_hook(lambda module, args: counted.append(len(args[0])))
+    p, m = 38, 32
+    prompt = list(range(1, p + 1))
+    totals = {}
+    for cache in (False, True):
+        counted.clear()
+        out = generate(model, prompt, SamplingParams(max_new_tokens=m, **GREEDY), use_cache=cache)
+        assert len(out) == m
+        totals[cache] = sum(counted)
+    assert totals == {False: m * p + m * (m - 1) // 2, True: p + m - 1}
+    says("step01", 4, f"**{totals[False]:,}**", f"**{totals[True]}**", f"{totals[False] / totals[True]:.1f}")
+
+
+def test_step01_q6_reserved_memory():
+    from step02_paged.kv_cache_manager import cdiv
+
+    says("step01", 6, f"{600 / 8192:.1%}".replace("%", " %"), f"{cdiv(600, 16)} blocks",
+         f"{8192 / (cdiv(600, 16) * 16):.1f} times")
+
+
+# ---------------------------------------------------------------- chapter 2
+
+
+def test_step02_q1_bytes_per_block():
+    from step02_paged.kv_pool import KVPool
+
+    cfg, _ = _smollm2()
+    for bs in (1, 16, 256):
+        says("step02", 1, f"{KVPool(cfg, 1, bs, device='meta').bytes_per_block:,} bytes")
+
+
+def test_step02_q3_chunked_prefill_beside_seven_decodes():
+    from step02_paged.engine import Engine, EngineConfig
+
+    model = tiny_model(seed=0, max_position_embeddings=4096)
+    engine = Engine(model, EngineConfig(num_blocks=512, block_size=16, max_num_seqs=8, max_num_batched_tokens=512))
+    for i in range(7):
+        engine.add_request([1 + i, 2, 3], SamplingParams(max_new_tokens=40, **GREEDY))
+    engine.step()  # the seven short prompts prefill; from now on they decode
+    long = engine.add_request([i % 250 + 1 for i in range(2000)], SamplingParams(max_new_tokens=2, **GREEDY))
+    chunks = []
+    while not engine.seqs[long].output_ids:
+        engine.step()
+        batch = dict(engine.last_scheduled)
+        assert sum(1 for s, n in batch.items() if s != long and n == 1) == 7, "every decode runs every step"
+        chunks.append(batch[long])
+    assert sum(chunks) == 2000
+    says("step02", 3, f"**{len(chunks)} steps**", " + ".join(map(str, chunks)))
+
+
+def test_step02_q7_seat_steps():
+    from step02_paged.engine import Engine, EngineConfig
+
+    engine = Engine(tiny_model(seed=0), EngineConfig(num_blocks=256, block_size=4, max_num_seqs=8))
+    lengths = [10 * (i + 1) for i in range(8)]
+    for i, n in enumerate(lengths):
+        engine.add_request([5 + i, 6, 7], SamplingParams(max_new_tokens=n, **GREEDY))
+    seat_steps = steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        seat_steps += len(engine.last_scheduled)  # continuous batching: only unfinished requests hold a seat
+        steps += 1
+    assert seat_steps == sum(lengths) and steps == max(lengths)
+    says("step02", 7, f"**{seat_steps}**", f"8 × {steps} = {8 * steps:,}", f"**{8 * steps - seat_steps}**", "**0**")
+
+
+# ---------------------------------------------------------------- chapter 3
+
+
+def test_step03_q2_a_repeated_32_token_prompt():
+    from step03_prefix_hash.engine import Engine, EngineConfig
+
+    engine = Engine(tiny_model(seed=0), EngineConfig(num_blocks=64, block_size=16))
+    prompt = list(range(10, 42))
+    hits = []
+    for _ in range(2):
+        engine.add_request(prompt, SamplingParams(max_new_tokens=1, **GREEDY))
+        while engine.has_unfinished():
+            hits += [out.num_cached_tokens for out in engine.step()]
+    assert hits[0] == 0
+    hit = hits[1]
+    says("step03", 2, f"**{hit}**", f"recomputes **{len(prompt) - hit}**")
+
+
+def test_step03_q4_eight_requests_with_one_new_prefix():
+    from step03_prefix_hash.engine import Engine, EngineConfig
+
+    model = tiny_model(seed=0, max_position_embeddings=2048)
+    engine = Engine(model, EngineConfig(num_blocks=1024, block_size=16, max_num_seqs=8, max_num_batched_tokens=8192))
+    prefix = [(7 * i) % 250 + 1 for i in range(1000)]
+    ids = [engine.add_request(prefix + [i + 1], SamplingParams(max_new_tokens=2, **GREEDY)) for i in range(8)]
+    engine.step()  # all eight admitted and prefilled in one step
+    seqs = [engine.seqs[i] for i in ids]
+    assert all(s.num_cached_tokens == 0 for s in seqs), "nothing was published when they were admitted"
+    bm = engine.kv.block_manager
+    full = len(prefix) // 16
+    published = {b for s in seqs for b in s.block_table[:full] if bm.entries[b] is not None}
+    private = [b for s in seqs for b in s.block_table[:full] if bm.entries[b] is None]
+    assert len(published) == full
+    says("step03", 4, "**8 times**", "**one copy**", f"{full} cached blocks", f"7 × {full} = {len(private)}")
+
+
+def _step03_long() -> dict:
+    readme = (hw.REPO_ROOT / "step03_prefix_hash" / "README.md").read_text()
+    line = next(li for li in readme.splitlines() if li.startswith('{"chapter": "step03", "workload": "long"'))
+    return json.loads(line)
+
+
+def test_step03_q6_hashing_against_prefill():
+    run = _step03_long()
+    sha = 2000 * run["hash_us_per_token"] / 1000  # ms
+    builtin = 2000 * run["hash_builtin_us_per_token"] / 1000
+    ratio = run["ttft_cold_off_s"] * 1000 / sha
+    says("step03", 6, f"{run['hash_us_per_token']} µs", f"**{sha:.2f} ms**", f"{builtin:.3f} ms",
+         f"{run['ttft_cold_off_s']:.1f} s", f"**{round(ratio, -4):,.0f} times**")
+
+
+# ---------------------------------------------------------------- chapter 4
+
+
+def test_step04_q1_twenty_shared_tokens():
+    from step04_radix.radix_tree import RadixTree
+    from step05_bridge.block_radix_tree import BlockRadixTree
+
+    a, b = list(range(1, 33)), list(range(1, 21)) + list(range(100, 112))
+    tokens = RadixTree()
+    tokens.insert(a, list(range(32)))
+    blocks = BlockRadixTree(16)
+    blocks.insert(a, [7, 8])
+    token_hit = len(tokens.match_prefix(b)[0])
+    block_hit = len(blocks.match_prefix(b)[0]) * 16
+    says("step04", 1, f"reuses **{block_hit}**", f"**offset {token_hit % 16}**", f"all **{token_hit}**")
+
+
+# ---------------------------------------------------------------- chapter 5
+
+
+def test_step05_q1_split_deep_in_the_tree():
+    from step05_bridge.block_radix_tree import BlockRadixTree
+
+    tree = BlockRadixTree(16)
+    head, tail = tree.span(40, 70), tree.span(70, 90)
+    assert head + tail == tree.span(40, 90)
+    first = 40 // 16
+    says("step05", 1, f"= {tree.span(40, 90)}` blocks", f"**{head} blocks, the path's blocks {first} and {first + 1}**",
+          f"**{tail} block, the path's block {first + head}**")
+
+
+def test_step05_q7_references_at_block_size_one():
+    from step04_radix.engine import RadixEngine, RadixEngineConfig
+    from step05_bridge.engine import BridgeEngine, BridgeEngineConfig
+
+    model = tiny_model(seed=0, max_position_embeddings=4096)
+    prompt = [(3 * i) % 250 + 1 for i in range(2000)]
+    counts = {}
+    for make in (lambda: BridgeEngine(model, BridgeEngineConfig(num_blocks=4096, block_size=1,
+                                                                max_num_batched_tokens=4096)),
+                 lambda: RadixEngine(model, RadixEngineConfig(num_blocks=4096, max_num_batched_tokens=4096))):
+        engine = make()
+        engine.add_request(prompt, SamplingParams(max_new_tokens=1, **GREEDY))
+        while engine.has_unfinished():
+            engine.step()
+        ids = [engine.add_request(prompt + [i + 1], SamplingParams(max_new_tokens=3, **GREEDY)) for i in range(8)]
+        engine.step()
+        seqs = [engine.seqs[i] for i in ids]
+        assert all(s.num_cached_tokens == len(prompt) for s in seqs)
+        shared = seqs[0].block_table[: len(prompt)]
+        refs = sum(engine.kv.block_manager.ref_count[b] for b in shared)
+        _, shared_node = engine.tree.match_prefix(prompt)  # where the eight requests' common prefix ends
+        counts[type(engine).__name__] = (refs, shared_node.lock_ref)
+    bridge_refs, _ = counts["BridgeEngine"]
+    _, radix_locks = counts["RadixEngine"]
+    assert bridge_refs == len(prompt) * 9
+    says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}")
