@@ -15,7 +15,16 @@ import torch
 from step01_kvcache.attention import attention
 
 from .kv_pool import KVPool
-from .slot_mapping import block_table_tensor, context_slots, slot_mapping
+from .slot_mapping import block_table_tensor, context_slots, flat_batch, slot_mapping
+
+
+def count_decodes(num_new: list[int]) -> int:
+    """How many leading sequences of the step run a single token (attended as one batch). The engine puts
+    them first; a single-token sequence after a longer one is a caller's error."""
+    num_decodes = next((i for i, t in enumerate(num_new) if t != 1), len(num_new))
+    if any(t == 1 for t in num_new[num_decodes:]):
+        raise ValueError("single-token sequences must come first in the batch")
+    return num_decodes
 
 
 @dataclass(frozen=True)
@@ -40,21 +49,12 @@ class AttentionMetadata:
               block_size: int, device: torch.device | str = "cpu") -> AttentionMetadata:
         """Sequence i contributes positions num_computed[i] .. num_computed[i] + num_new[i] - 1.
         Sequences with num_new == 1 must come first."""
-        n = len(num_new)
-        num_decodes = next((i for i, t in enumerate(num_new) if t != 1), n)
-        if any(t == 1 for t in num_new[num_decodes:]):
-            raise ValueError("single-token sequences must come first in the batch")
+        n, num_decodes = len(num_new), count_decodes(num_new)
         tables = block_table_tensor(block_tables, device)
         computed = torch.tensor(num_computed, dtype=torch.long, device=device)
         counts = torch.tensor(num_new, dtype=torch.long, device=device)
-        # The flat batch, without a Python loop over tokens: `starts` (the first row of each sequence),
-        # then every row's absolute position and its slot.
-        # BEGIN SOLUTION task2.slot_mapping points=2
-        seq_index = torch.repeat_interleave(torch.arange(n, device=device), counts)
-        starts = torch.cumsum(counts, 0) - counts  # first flat row of each sequence
-        positions = computed[seq_index] + torch.arange(int(counts.sum()), device=device) - starts[seq_index]
+        seq_index, positions, starts = flat_batch(computed, counts)
         slots = slot_mapping(tables, seq_index, positions, block_size)
-        # END SOLUTION
 
         decode_slots = decode_mask = None
         if num_decodes:

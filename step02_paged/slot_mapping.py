@@ -16,6 +16,19 @@ def block_table_tensor(block_tables: list[list[int]], device: torch.device | str
     return torch.tensor(rows, dtype=torch.long, device=device).view(len(block_tables), width)
 
 
+def flat_batch(num_computed: torch.Tensor, num_new: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A step's flat batch: sequence i runs positions num_computed[i] .. num_computed[i] + num_new[i] - 1 as
+    consecutive rows. Returns (seq_index, positions, starts): each row's sequence and absolute position, and
+    each sequence's first row. Tensor ops only, no loop over tokens."""
+    # BEGIN SOLUTION task2.slot_mapping points=2
+    seq_index = torch.repeat_interleave(torch.arange(num_new.shape[0], device=num_new.device), num_new)
+    starts = torch.cumsum(num_new, 0) - num_new
+    positions = num_computed[seq_index] + torch.arange(int(num_new.sum()), device=num_new.device) - starts[seq_index]
+    return seq_index, positions, starts
+    # END SOLUTION
+
+
 def slot_mapping(block_tables: torch.Tensor, seq_index: torch.Tensor, positions: torch.Tensor,
                  block_size: int) -> torch.Tensor:
     """Slot of each token: block_tables [B, max_blocks]; seq_index, positions: which row and which position,

@@ -33,7 +33,7 @@ REQUESTS, MIN_PROMPT, MAX_PROMPT, NEW_TOKENS = 64, 200, 600, 128
 def smollm2_random(dtype: torch.dtype, seed: int = 0) -> Transformer:
     model = tiny_model(seed, **SMOLLM2_135M).to(device="cuda", dtype=dtype)
     cfg = model.config
-    model.rope = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta).cuda()  # fp32 tables
+    model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta).cuda()  # fp32 frequencies
     return model
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from step02_paged.kv_pool import KVPool
-from step02_paged.slot_mapping import block_table_tensor, slot_mapping
+from step02_paged.paged_attention import count_decodes
+from step02_paged.slot_mapping import block_table_tensor, flat_batch, slot_mapping
 
 from .decode_attention import default_num_splits, paged_decode_attention
 from .extend_attention import extend_attention
@@ -36,16 +37,11 @@ class TritonMetadata:
               num_kv_heads: int, device: torch.device | str) -> TritonMetadata:
         """Sequence i runs positions num_computed[i] .. num_computed[i] + num_new[i] - 1; single-token
         sequences first."""
-        n = len(num_new)
-        num_decodes = next((i for i, t in enumerate(num_new) if t != 1), n)
-        if any(t == 1 for t in num_new[num_decodes:]):
-            raise ValueError("single-token sequences must come first in the batch")
+        num_decodes = count_decodes(num_new)
         tables = block_table_tensor(block_tables)  # everything is built on the CPU, then copied in one transfer
         counts = torch.tensor(num_new)
         seq_lens = torch.tensor(num_computed) + counts
-        starts = torch.cumsum(counts, 0) - counts
-        seq_index = torch.repeat_interleave(torch.arange(n), counts)
-        positions = torch.tensor(num_computed)[seq_index] + torch.arange(int(counts.sum())) - starts[seq_index]
+        seq_index, positions, _ = flat_batch(torch.tensor(num_computed), counts)
         chunk_counts = counts[num_decodes:]
         query_start_loc = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(chunk_counts, 0)])
         num_splits = default_num_splits(num_decodes, num_kv_heads, int(seq_lens[:num_decodes].max())) \
