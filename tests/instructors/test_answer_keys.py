@@ -258,3 +258,44 @@ def test_step05_q7_references_at_block_size_one():
     _, radix_locks = counts["RadixEngine"]
     assert bridge_refs == len(prompt) * 9
     says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}")
+
+
+# ---------------------------------------------------------------- chapter 6
+
+
+def _h200() -> dict:
+    return json.loads((hw.REPO_ROOT / "step06_triton" / "results" / "h200.json").read_text())
+
+
+def test_step06_q1_intensity_and_ridge():
+    from course.tiny import SMOLLM2_135M
+
+    c = _h200()["kernels"]["ceilings"]
+    g = SMOLLM2_135M["num_heads"] // SMOLLM2_135M["num_kv_heads"]
+    ridge = c["matmul_tflop_s"] / c["copy_tb_s"]
+    says("step06", 1, f"**{g} FLOP/byte**", "**1 FLOP/byte**", f"**{ridge:.0f} FLOP/byte**")
+
+
+def test_step06_q2_splits_on_a_long_context():
+    from step06_triton.decode_attention import default_num_splits
+
+    res = _h200()["kernels"]
+    splits = default_num_splits(8, 8, 32768)
+    sweep = {r["splits"]: r["tb_s"] for r in res["sweep"]["decode"]
+             if (r["block_size"], r["block_n"], r["warps"], r["stages"]) == (16, 64, 4, 3)}
+    row = next(r for r in res["decode"] if (r["batch"], r["context"], r["block_size"]) == (8, 32768, 16))
+    says("step06", 2, f"**{8 * 8} programs**", f"**{splits}** splits", f"**{8 * 32 * 64 * 128 * 4:,} bytes**",
+         f"**{row['triton_tb_s']} TB/s**", f"**{row['flex_paged']['tb_s']} TB/s**",
+         f"**{sweep[1]} / {sweep[2]} / {sweep[4]} TB/s**")
+
+
+def test_step06_q4_contiguous_bytes_per_head_and_block():
+    says("step06", 4, f"**{16 * 128 * 2:,} bytes**")
+
+
+def test_step06_q7_the_step_without_python():
+    e = _h200()["engine"]
+    fused, gpu = e["engine_triton_graphs_fused"], e["where_time_goes"]["gpu_ms_per_decode_step"]
+    bound = 64 / gpu * 1e3
+    says("step06", 7, f"**{fused['wall_s'] / fused['steps'] * 1e3:.2f} ms per step**", f"**{gpu} ms**",
+         f"**{bound:,.0f} tokens/s**", f"**{bound / fused['tokens_per_s']:.1f}x**")
