@@ -70,12 +70,7 @@ class KVCacheManager(CacheManager):
     def check_invariants(self) -> None:
         """The BlockManager's invariants, and every block's ref_count = the block tables that list it."""
         self.block_manager.check_invariants()
-        check_block_tables(self.holders.values(), self.block_manager, self.block_size, table_refs(self.holders.values()))
-
-
-def table_refs(seqs: Iterable[Sequence]) -> Counter:
-    """One count per block table that lists a block."""
-    return Counter(b for seq in seqs for b in seq.block_table)
+        check_block_tables(list(self.holders.values()), self.block_manager, self.block_size)
 
 
 def table_slot_usage(seqs: Iterable[Sequence], block_size: int) -> tuple[int, int]:
@@ -89,10 +84,11 @@ def table_slot_usage(seqs: Iterable[Sequence], block_size: int) -> tuple[int, in
     return len(fill) * block_size, sum(fill.values())
 
 
-def check_block_tables(seqs: Iterable[Sequence], block_manager: BlockManager, block_size: int,
-                       expected: Counter) -> None:
+def check_block_tables(seqs: list[Sequence], block_manager: BlockManager, block_size: int,
+                       other_holders: Counter | None = None) -> None:
     """Each live sequence holds no more blocks than its tokens need and computed tokens only inside them; every
-    block's ref_count equals `expected` (who should hold it)."""
+    block's ref_count equals its holders: one per block table that lists it, plus `other_holders`."""
+    expected = Counter(b for seq in seqs for b in seq.block_table) + (other_holders or Counter())
     for seq in seqs:
         assert not seq.is_finished, f"finished sequence {seq.seq_id} still holds blocks"
         assert len(seq.block_table) <= cdiv(seq.num_tokens, block_size), \

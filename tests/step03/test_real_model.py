@@ -5,10 +5,10 @@ import pytest
 
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
-from step03_prefix_hash import Engine, EngineConfig
-from tests.driver import demo_answer_matches_step01
+from step02_paged import Engine, EngineConfig
+from tests.driver import demo_answer_matches_step01, drive_to_end
 
-from .helpers import assert_drained, run_checked
+from .helpers import cached_engine
 
 
 @pytest.mark.slow
@@ -20,16 +20,15 @@ def test_seed003_round1_90_percent_round2_100_percent_identical_and_clean(real_m
     prompts = get_workload("seed003").prompts(tokenizer)
     params = SamplingParams(max_new_tokens=4)
     cfg = EngineConfig(num_blocks=160, block_size=16)
-    engine = Engine(real_model, cfg)
-    rounds = [[run_checked(engine, [p], params)[0] for p in prompts] for _ in range(2)]
+    engine = cached_engine(real_model, num_blocks=160, block_size=16)
+    rounds = [[drive_to_end(engine, [p], params)[0] for p in prompts] for _ in range(2)]
     hits = [sum(o.num_cached_tokens > 0 for o in r) / len(r) for r in rounds]
     assert hits == [0.9, 1.0]
     shared = 437 // 16 * 16  # the workload's shared prefix, in whole blocks
     assert [o.num_cached_tokens for o in rounds[0]] == [0] + [shared] * 9
     assert [o.num_cached_tokens for o in rounds[1]] == [(len(p) - 1) // 16 * 16 for p in prompts]
-    off = Engine(real_model, cfg, prefix_caching=False).generate(prompts, params)
+    off = Engine(real_model, cfg).generate(prompts, params)
     assert [o.output_ids for o in rounds[0]] == [o.output_ids for o in rounds[1]] == [o.output_ids for o in off]
-    assert_drained(engine)
     assert engine.kv.stats.hit_requests == 19
 
 
