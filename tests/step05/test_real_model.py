@@ -5,8 +5,9 @@ import pytest
 
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
-from step05_bridge import BridgeEngine, BridgeEngineConfig
-from tests.driver import check_drained, demo_answer_matches_step01, drive_checked
+from step02_paged import Engine, EngineConfig
+from step05_bridge import PrefixCache
+from tests.driver import demo_answer_matches_step01, drive_to_end
 
 
 @pytest.mark.slow
@@ -17,18 +18,17 @@ def test_seed003_hits_like_the_block_hash_identical_and_clean(real_model, tokeni
     the tree is its only holder."""
     prompts = get_workload("seed003").prompts(tokenizer)
     params = SamplingParams(max_new_tokens=4)
-    cfg = BridgeEngineConfig(num_blocks=160, block_size=16)
-    engine = BridgeEngine(real_model, cfg)
-    rounds = [[drive_checked(engine, [p], params)[0] for p in prompts] for _ in range(2)]
+    cfg = EngineConfig(num_blocks=160, block_size=16)
+    engine = Engine(real_model, cfg, PrefixCache)
+    rounds = [[drive_to_end(engine, [p], params)[0] for p in prompts] for _ in range(2)]
     assert [sum(o.num_cached_tokens > 0 for o in r) / len(r) for r in rounds] == [0.9, 1.0]
     shared = 437 // 16 * 16  # the workload's shared prefix, in whole blocks
     assert [o.num_cached_tokens for o in rounds[0]] == [0] + [shared] * 9
     assert [o.num_cached_tokens for o in rounds[1]] == [(len(p) - 1) // 16 * 16 for p in prompts]
-    off = BridgeEngine(real_model, BridgeEngineConfig(num_blocks=160, block_size=16, enable_radix_cache=False))
+    off = Engine(real_model, cfg)
     expected = [o.output_ids for o in off.generate(prompts, params)]
     assert [o.output_ids for o in rounds[0]] == [o.output_ids for o in rounds[1]] == expected
-    check_drained(engine)
-    assert all(engine.kv.block_manager.ref_count[b] == 1 for b in engine.tree.all_slots())
+    assert all(engine.kv.block_manager.ref_count[b] == 1 for b in engine.kv.tree.all_slots())
 
 
 @pytest.mark.slow
