@@ -3,7 +3,7 @@
 KV memory is cut into `num_blocks` fixed-size blocks. A block is handed out from a free list in O(1) and
 carries a reference count: how many holders (the block tables that list it) use it.
 It returns to the free list only when its count reaches zero. `retain` and `release` are symmetric and
-are the only way to change a count — callers never touch `ref_count` themselves (the seed's step14_6).
+are the only way to change a count — callers never touch `ref_count` themselves (the mini-vllm tutorial's step14_6).
 
 Every public method validates first and mutates after, so a failed call leaves the state unchanged.
 """

@@ -1,4 +1,4 @@
-"""Slot mapping, store and gather against plain Python loops (the seed's pre-optimization code)."""
+"""Slot mapping, store and gather against plain Python loops (the mini-vllm tutorial's unoptimized code)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""On the real SmolLM2: the seed003 scenario, and the demo's answer equal to step01's."""
+"""On the real SmolLM2: the mini-vllm tutorial's shared-prefix scenario, and the demo's answer equal to step01's."""
 from __future__ import annotations
 
 import pytest
@@ -12,12 +12,12 @@ from .helpers import cached_engine
 
 
 @pytest.mark.slow
-def test_seed003_round1_90_percent_round2_100_percent_identical_and_clean(real_model, tokenizer):
-    """Seed 003's expected run: 10 requests behind one shared prefix, twice. A request hits when it reuses
+def test_shared_prefix_round1_90_percent_round2_100_percent_identical_and_clean(real_model, tokenizer):
+    """The mini-vllm tutorial's expected run: 10 requests behind one shared prefix, twice. A request hits when it reuses
     cached blocks: round 1, all but the first (9/10); round 2, all (10/10), each up to its last full block
     before the final token. Outputs equal the cache-off engine's; afterwards every ref count is 0 and
     every block is back in the free queue."""
-    prompts = get_workload("seed003").prompts(tokenizer)
+    prompts = get_workload("shared_prefix").prompts(tokenizer)
     params = SamplingParams(max_new_tokens=4)
     cfg = EngineConfig(num_blocks=160, block_size=16)
     engine = cached_engine(real_model, num_blocks=160, block_size=16)

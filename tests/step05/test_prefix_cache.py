@@ -69,9 +69,10 @@ def test_two_levels_of_reference_counts():
 
 @pytest.mark.task("task5.insert")
 def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
-    """Seed 000's Bug 1 setting: requests admitted together all miss and compute the same prompt. The first
-    insert gives its blocks to the tree; the others find them there, take references on the tree's blocks and
-    drop their own copies (freed at once), so the block table and the ref counts agree."""
+    """The setting of the write-up's "release by re-match" mistake: requests admitted together all miss and
+    compute the same prompt. The first insert gives its blocks to the tree; the others find them there, take
+    references on the tree's blocks and drop their own copies (freed at once), so the block table and the ref
+    counts agree."""
     kv = PrefixCache(16, BS)
     reqs = [seq(i, range(12)) for i in range(3)]
     for r in reqs:
@@ -136,7 +137,7 @@ def test_releasing_by_rematch_frees_blocks_it_never_held():
 
 
 def test_node_pointer_lock_survives_a_split_above_it():
-    """Seed 000's Bug 3 setting at block level: R locks the node where its 125-token match ends; another
+    """The "locking by token path" setting at block level: R locks the node where its 125-token match ends; another
     request's insert then splits R's path at 100; unlocking R by its node pointer walks the new node too."""
     kv = PrefixCache(64, 16)
     x = seq(0, range(144))

@@ -1,4 +1,5 @@
-"""On the real SmolLM2: seed 003's scenario through the bridge, and the demo's answer equal to step01's."""
+"""On the real SmolLM2: the mini-vllm tutorial's shared-prefix scenario through the bridge, and the demo's answer
+equal to step01's."""
 from __future__ import annotations
 
 import pytest
@@ -11,12 +12,12 @@ from tests.driver import demo_answer_matches_step01, drive_to_end
 
 
 @pytest.mark.slow
-def test_seed003_hits_like_the_block_hash_identical_and_clean(real_model, tokenizer):
-    """Seed 003's expected run with 16-token blocks: round 1, every request but the first reuses the shared
-    prefix's full blocks (9/10); round 2, all do (10/10), up to their last full block before the final token.
+def test_shared_prefix_hits_like_the_block_hash_identical_and_clean(real_model, tokenizer):
+    """The mini-vllm tutorial's expected run, with 16-token blocks: round 1, every request but the first reuses
+    the shared prefix's full blocks (9/10); round 2, all do (10/10), up to their last full block before the final token.
     Outputs equal the cache-off engine's. Afterwards no lock is held and every cached block has ref_count 1:
     the tree is its only holder."""
-    prompts = get_workload("seed003").prompts(tokenizer)
+    prompts = get_workload("shared_prefix").prompts(tokenizer)
     params = SamplingParams(max_new_tokens=4)
     cfg = EngineConfig(num_blocks=160, block_size=16)
     engine = Engine(real_model, cfg, PrefixCache)
