@@ -81,7 +81,7 @@ def run_concurrent(engine, prompts: list[list[int]], params) -> int:
 
 
 def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Namespace) -> dict:
-    """The contract of DESIGN.md for a prefix-caching chapter: the same engine with its cache off and on.
+    """The bench every prefix-caching chapter shares: the same engine with its cache off and on.
 
     `make_engine(model, prefix_caching: bool)` builds a fresh engine. TTFT and hit rate come from a
     sequential pass over every round of the workload; peak memory and waste from a concurrent pass over
