@@ -39,7 +39,7 @@ def bridge_engine(model, on: bool = True, **kw) -> Engine:
     return Engine(model, config, PrefixCache if on else KVCacheManager)
 
 
-BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.share"), pytest.mark.task("task5.insert"),
+BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.admit"), pytest.mark.task("task5.insert"),
                 pytest.mark.task("task5.release")]
 
 
