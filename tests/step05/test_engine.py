@@ -9,6 +9,7 @@ from course.tiny import tiny_model
 from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import Engine, EngineConfig, KVCacheManager
+from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step05_bridge import PrefixCache
@@ -86,6 +87,28 @@ def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
     outs = {o.seq_id: o for o in drive_to_end(engine)}
     assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens (12 blocks) computed by a's chunks"
     assert outs[b].output_ids == generate(model, stem + [9], SamplingParams(max_new_tokens=4))
+
+
+class CountingAttention(PagedAttention):
+    """Chapter 2's attention, counting the steps it serves: a stand-in for any other backend."""
+
+    steps = 0
+
+    @classmethod
+    def for_step(cls, *args) -> PagedAttention:
+        cls.steps += 1
+        return super().for_step(*args)
+
+
+@pytest.mark.parametrize("manager", [KVCacheManager, PrefixCachingKVCacheManager, RadixKVCacheManager, PrefixCache])
+def test_every_manager_runs_on_the_attention_it_is_given(model, reference, manager):
+    """The engine's two seams are independent: any chapter's cache manager runs on any attention class."""
+    prompts, params, expected = reference
+    config = EngineConfig(num_blocks=1024, block_size=1 if manager is RadixKVCacheManager else 4)
+    CountingAttention.steps = 0
+    engine = Engine(model, config, manager, attention=CountingAttention)
+    assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected
+    assert CountingAttention.steps == engine.stats.steps > 0
 
 
 def test_shared_prefix_is_held_once(model):
