@@ -15,7 +15,7 @@ eviction, invariants) is chapter 4's code, which asks `span` how many values an 
 """
 from __future__ import annotations
 
-from step04_radix.radix_tree import RadixTree
+from step04_radix.radix_tree import RadixTree, TreeNode
 
 
 class BlockRadixTree(RadixTree):
@@ -33,3 +33,12 @@ class BlockRadixTree(RadixTree):
         # BEGIN SOLUTION task5.span
         return end // self.block_size - start // self.block_size
         # END SOLUTION
+
+    # chapter 4's readers, named for what the values are here
+    def prefix_blocks(self, node: TreeNode) -> list[int]:
+        """The blocks on the path to `node`: the full blocks of its prefix."""
+        return self.prefix_slots(node)
+
+    def all_blocks(self) -> list[int]:
+        """Every block the tree holds (one reference each)."""
+        return self.all_slots()

@@ -33,7 +33,7 @@ def bridge_dot(kv: PrefixCache, decode: Decode | None = None, name: str = "bridg
         dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\nblock_table {seq.block_table}",
                  shape="note", fillcolor="#e8f0fe")
         dot.edge(f"seq{seq.seq_id}", f"n{seq.last_node.id}", "last_node", style="dashed", color="#1a73e8")
-    in_tree = set(kv.tree.all_slots())
+    in_tree = set(kv.tree.all_blocks())
     colors = {"free": "#cccccc", "tree": "white", "one": "#ceead6", "shared": "#fde293"}
     cells = []
     for b in range(kv.num_blocks):

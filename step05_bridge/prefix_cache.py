@@ -105,7 +105,7 @@ class PrefixCache(CacheManager):
         if not admitting:
             raise ValueError(f"sequence {seq.seq_id}: a match is taken only on admission")
         node, tree = match.node, self.tree
-        if node is None or not tree.contains(node) or tree.prefix_slots(node) != list(match.blocks) \
+        if node is None or not tree.contains(node) or tree.prefix_blocks(node) != list(match.blocks) \
                 or tree.prefix_tokens(node) != seq.all_token_ids[: tree.depth(node)]:
             raise ValueError(f"sequence {seq.seq_id}: stale match, its node was evicted since the lookup; "
                              "call get_computed_blocks again")
@@ -172,13 +172,13 @@ class PrefixCache(CacheManager):
         """Drop every cached block (nobody may hold a lock): the tree's references are released."""
         if self.holders or self.tree.protected_size:
             raise ValueError(f"{len(self.holders)} sequences still use the cache; reset only a drained engine")
-        self.block_manager.release(self.tree.all_slots())
+        self.block_manager.release(self.tree.all_blocks())
         self.tree.reset()
 
     # ---- accounting --------------------------------------------------------------------------------------
     @property
     def num_cached_blocks(self) -> int:
-        return len(self.tree.all_slots())
+        return len(self.tree.all_blocks())
 
     def private_blocks(self, seq: RadixSequence) -> list[int]:
         """The part of the block table after the tree's full blocks of the locked prefix: the request's own."""
@@ -195,7 +195,7 @@ class PrefixCache(CacheManager):
         tree, bm = self.tree, self.block_manager
         tree.check_invariants()
         bm.check_invariants()
-        check_block_tables(list(self.holders.values()), bm, self.block_size, Counter(tree.all_slots()))
+        check_block_tables(list(self.holders.values()), bm, self.block_size, Counter(tree.all_blocks()))
         locks: Counter = Counter()
         for seq in self.holders.values():
             node = seq.last_node
@@ -203,7 +203,7 @@ class PrefixCache(CacheManager):
             assert seq.cache_protected_len == tree.depth(node), \
                 f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
             shared = seq.cache_protected_len // self.block_size
-            assert seq.block_table[:shared] == tree.prefix_slots(node), \
+            assert seq.block_table[:shared] == tree.prefix_blocks(node), \
                 f"sequence {seq.seq_id}: block table does not start with the tree's blocks of its prefix"
             assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
                 f"sequence {seq.seq_id}: its last_node's path is not its own prefix"

@@ -139,8 +139,8 @@ class BlockTreeMachine(RuleBasedStateMachine):
     def consistent(self):
         tree = self.tree
         tree.check_invariants()
-        assert sorted(tree.all_slots() + self.free) == list(range(POOL)), "a block leaked or has two owners"
-        assert sorted(tree.all_slots()) == sorted(self.block_of.values()), "tree and model hold different blocks"
+        assert sorted(tree.all_blocks() + self.free) == list(range(POOL)), "a block leaked or has two owners"
+        assert sorted(tree.all_blocks()) == sorted(self.block_of.values()), "tree and model hold different blocks"
         held = Counter(n.id for node, _ in self.locks for n in tree.path(node))
         assert all(n.lock_ref == held[n.id] for n in tree.nodes()), "lock_ref != locks held through the node"
 

@@ -29,7 +29,7 @@ def test_shared_prefix_hits_like_the_block_hash_identical_and_clean(real_model, 
     off = Engine(real_model, cfg)
     expected = [o.output_ids for o in off.generate(prompts, params)]
     assert [o.output_ids for o in rounds[0]] == [o.output_ids for o in rounds[1]] == expected
-    assert all(engine.kv.block_manager.ref_count[b] == 1 for b in engine.kv.tree.all_slots())
+    assert all(engine.kv.block_manager.ref_count[b] == 1 for b in engine.kv.tree.all_blocks())
 
 
 @pytest.mark.slow
