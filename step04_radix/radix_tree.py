@@ -131,7 +131,7 @@ class RadixTree:
             child.last_access = now
             n = common_prefix_len(child.key, tokens, pos)
             if n < len(child.key):  # the match ends inside this edge: split there and stop
-                node = self._split_node(child, n)
+                node = self._split_node(child, pos, n)
                 slots.extend(node.value)
                 break
             slots.extend(child.value)
@@ -163,14 +163,15 @@ class RadixTree:
             child.last_access = now
             n = common_prefix_len(child.key, tokens, pos)
             if n < len(child.key):
-                child = self._split_node(child, n)
+                child = self._split_node(child, pos, n)
             node = child
             pos += n
         return pos
         # END SOLUTION
 
-    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
-        """Cut `child`'s edge after `split_len` tokens: a new node takes the first part and becomes child's parent.
+    def _split_node(self, child: TreeNode, start: int, split_len: int) -> TreeNode:
+        """Cut `child`'s edge, which starts at path position `start`, after `split_len` tokens: a new node takes the
+        first part and becomes child's parent.
 
         The new node copies `lock_ref` (the same requests use both halves: a lock taken on `child` before the
         split still unwinds through the new node, since it lies on child's parent chain) and `last_access`.
@@ -178,7 +179,6 @@ class RadixTree:
         """
         # BEGIN SOLUTION task4.insert
         parent = child.parent
-        start = self.depth(parent)  # path position of child's first token
         k = self.span(start, start + split_len)  # value entries that go with the first part
         new = self._new_node(child.key[:split_len], child.value[:k], parent)
         new.lock_ref = child.lock_ref
