@@ -27,7 +27,7 @@ test-fast: .venv/.installed
 bench: .venv/.installed
 	$(PY) -m course bench step01 --json | tail -1
 	$(PY) -m course bench step02 --workload batch --json | tail -1
-	@for ch in step03 step04 step05; do for w in short long seed003 diverge; do \
+	@for ch in step03 step04 step05; do for w in short long shared_prefix diverge; do \
 	  $(PY) -m course bench $$ch --workload $$w --json | tail -1 || exit 1; \
 	done; done
 	$(PY) -m step04_radix.bench --workloads diverge short | tail -1

@@ -70,7 +70,7 @@ def bench_step01(args: argparse.Namespace) -> dict:
 
 
 def run_sequential(engine, prompts: list[list[int]], params) -> list:
-    """One request at a time, as seed 000 measures TTFT: each request alone in the engine."""
+    """One request at a time, as the Pico-vLLM write-up measures TTFT: each request alone in the engine."""
     return [engine.generate([p], params)[0] for p in prompts]
 
 
@@ -81,7 +81,7 @@ def run_concurrent(engine, prompts: list[list[int]], params) -> int:
 
 
 def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Namespace) -> dict:
-    """The contract of DESIGN.md for a prefix-caching chapter: the same engine with its cache off and on.
+    """The bench every prefix-caching chapter shares: the same engine with its cache off and on.
 
     `make_engine(model, prefix_caching: bool)` builds a fresh engine. TTFT and hit rate come from a
     sequential pass over every round of the workload; peak memory and waste from a concurrent pass over
@@ -118,7 +118,7 @@ def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Names
         ttft_off_warm_median_s=round(median(warm_off), 5), ttft_on_warm_median_s=round(median(warm_on), 5),
         speedup_warm=round(median(warm_off) / median(warm_on), 2),
         speedup_warm_best=round(max(a / b for a, b in zip(warm_off, warm_on)), 2),
-        # a warm request cannot beat (its prompt tokens / the tokens it still computes): seed 000's 2083/35 ≈ 60x
+        # a warm request cannot beat (its prompt tokens / the tokens it still computes): the write-up's 2083/35 ≈ 60x
         speedup_bound=round(median(bounds), 1),
         outputs_identical=[o.output_ids for o in off] == [o.output_ids for o in on],
         kv_peak_bytes_off=peak[False], kv_peak_bytes_on=peak[True],
@@ -130,7 +130,7 @@ def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Names
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m course bench", description=__doc__)
     p.add_argument("chapter", help=f"one of {', '.join(sorted(BENCHES))} (or the package name)")
-    p.add_argument("--workload", default=None, help="short | long | seed003 | batch (chapter-dependent)")
+    p.add_argument("--workload", default=None, help="short | long | shared_prefix | batch (chapter-dependent)")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--model", default=None, help="local checkpoint folder or .gguf (default SmolLM2-135M)")
     p.add_argument("--max-new-tokens", type=int, default=None,

@@ -1,4 +1,4 @@
-"""The command line every chapter's demo shares (DESIGN.md's contract), and chat-prompt building."""
+"""The command line every chapter's demo shares, and chat-prompt building."""
 from __future__ import annotations
 
 import argparse

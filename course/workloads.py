@@ -5,9 +5,9 @@ the numbers a chapter reports (hit rate, TTFT speed-up) are the ones a student r
 exists to expose one behaviour of a KV cache:
 
 - `short`: 3 personas x 3 rounds of ~144-token requests; reuse comes only from a persona's system prompt in
-  rounds 2 and 3 (ideal token-level hit rate here 55.9%; seed 000 reported 62.8% with its own texts).
+  rounds 2 and 3 (ideal token-level hit rate here 55.9%; the Pico-vLLM write-up reported 62.8% with its own texts).
 - `long`: one ~2083-token reference text + 8 short questions; warm TTFT is bounded by total/new tokens.
-- `seed003`: 10 requests sharing a long prefix, run twice; round 2 must hit everything.
+- `shared_prefix`: 10 requests sharing a long prefix, run twice; round 2 must hit everything.
 - `batch`: 8 ragged, unrelated requests (~20 to ~300 tokens) for continuous batching and memory waste.
 - `diverge`: 4 requests sharing exactly 16*4 + 7 = 71 tokens: a token radix tree reuses all 71, a cache
   of hashed 16-token blocks only 64.
@@ -161,9 +161,9 @@ def _long() -> Workload:
                     "new tokens; warm TTFT is bounded by total/new tokens", chats)
 
 
-# --- seed003: ten requests behind one long shared prefix, run twice ----------------------------------------
+# --- shared_prefix: ten requests behind one long shared prefix, run twice ---------------------------------
 
-_SEED003_SYSTEM = (
+_SHARED_PREFIX_SYSTEM = (
     "You are the operations assistant of Harbor Lane Bikes, a bicycle rental shop with two locations near the "
     "waterfront. Staff ask you questions during their shifts. Answer only from the shift notes the user "
     "provides and from the rules below; if the notes do not say, answer that you do not know and name the "
@@ -173,7 +173,7 @@ _SEED003_SYSTEM = (
     "approve them."
 )
 
-_SEED003_NOTES = (
+_SHARED_PREFIX_NOTES = (
     "Shift notes for Saturday, north location.\n"
     "- Opening: Maria opens at 08:30; the shop opens to customers at 09:00 and closes at 19:00.\n"
     "- Shift lead: Tomas until 14:00, then Aisha until closing.\n"
@@ -187,7 +187,7 @@ _SEED003_NOTES = (
     "- Deposits: 50 euros per bike, 200 euros per electric bike, card only."
 )
 
-_SEED003_QUESTIONS = (
+_SHARED_PREFIX_QUESTIONS = (
     "How many electric bikes can we rent out today?",
     "Who should I ask about a refund at 15:30?",
     "What will the school group pay per bike per hour?",
@@ -201,9 +201,9 @@ _SEED003_QUESTIONS = (
 )
 
 
-def _seed003() -> Workload:
-    chats = [_chat(_SEED003_SYSTEM, f"{_SEED003_NOTES}\n\nQuestion: {q}") for q in _SEED003_QUESTIONS]
-    return Workload("seed003", "10 requests sharing a system prompt and shift notes, each with its own short "
+def _shared_prefix() -> Workload:
+    chats = [_chat(_SHARED_PREFIX_SYSTEM, f"{_SHARED_PREFIX_NOTES}\n\nQuestion: {q}") for q in _SHARED_PREFIX_QUESTIONS]
+    return Workload("shared_prefix", "10 requests sharing a system prompt and shift notes, each with its own short "
                     "question; run twice (round 2 must be all hits, refcounts back to baseline)", chats, rounds=2)
 
 
@@ -279,7 +279,7 @@ def _diverge() -> Workload:
                     chats)
 
 
-_BUILDERS = {"short": _short, "long": _long, "seed003": _seed003, "batch": _batch, "diverge": _diverge}
+_BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge}
 WORKLOADS: tuple[str, ...] = tuple(_BUILDERS)
 
 

@@ -5,6 +5,7 @@ reads the rest from `KVCache`. Same tokens either way (the tests check it), very
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,8 +51,10 @@ def validate_prompt(cfg: ModelConfig, prompt_ids: Sequence[int] | torch.Tensor, 
     ids = list(prompt_ids)
     if not ids:
         raise ValueError("empty prompt: give at least one token (a chat template always adds some)")
-    if not all(isinstance(t, int) for t in ids):
+    # numpy integers (np.int64 from a tokenizer's arrays) are ints; True/False are not token ids
+    if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
         raise ValueError("prompt_ids must be ints; tokenize the text first (tokenizer.encode)")
+    ids = [int(t) for t in ids]
     bad = [t for t in ids if not 0 <= t < cfg.vocab_size]
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the vocabulary 0..{cfg.vocab_size - 1}; "

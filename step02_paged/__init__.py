@@ -1,10 +1,12 @@
 """Chapter 2: a paged KV pool, block tables and a continuous-batching engine with chunked prefill."""
 from .block_manager import BlockManager, OutOfBlocksError
-from .engine import Engine, EngineConfig, RequestOutput
+from .cache_manager import CacheManager, PrefixMatch
+from .config import EngineConfig
+from .engine import Engine, RequestOutput
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
-from .scheduler import Scheduler, SchedulerConfig
+from .scheduler import Scheduler
 from .sequence import Sequence, SequenceStatus
 
-__all__ = ["BlockManager", "Engine", "EngineConfig", "KVCacheManager", "KVPool", "OutOfBlocksError",
-           "RequestOutput", "Scheduler", "SchedulerConfig", "Sequence", "SequenceStatus"]
+__all__ = ["BlockManager", "CacheManager", "Engine", "EngineConfig", "KVCacheManager", "KVPool", "OutOfBlocksError",
+           "PrefixMatch", "RequestOutput", "Scheduler", "Sequence", "SequenceStatus"]

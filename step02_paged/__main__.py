@@ -8,7 +8,9 @@ from course.pretrained import timed_load
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
 
-from .engine import Engine, EngineConfig
+from .config import EngineConfig
+from .engine import Engine
+from .pictures import occupancy_map
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             done[out.seq_id] = out
         if not args.answer_only and (engine.stats.steps <= 6 or engine.stats.steps % 8 == 0):
             sched = " ".join(f"{i}:{n}" for i, n in engine.last_scheduled) or "-"
-            print(f"{engine.stats.steps:>4}  {sched:<34} {engine.kv.occupancy_map()}")
+            print(f"{engine.stats.steps:>4}  {sched:<34} {occupancy_map(engine.kv)}")
         if not args.answer_only and engine.stats.steps == 3:
             print("      block tables: " + "; ".join(f"seq {s.seq_id} -> {s.block_table}"
                                                     for s in engine.scheduler.running))

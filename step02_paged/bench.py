@@ -14,7 +14,8 @@ import torch
 from course.bench import interleaved_best, register
 from step01_kvcache.generate import SamplingParams, generate
 
-from .engine import Engine, EngineConfig
+from .config import EngineConfig
+from .engine import Engine
 
 
 def run_engine(model, cfg: EngineConfig, prompts: list[list[int]], params: SamplingParams) -> dict:

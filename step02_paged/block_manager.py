@@ -1,9 +1,9 @@
 """BlockManager: the physical page allocator of the KV pool.
 
 KV memory is cut into `num_blocks` fixed-size blocks. A block is handed out from a free list in O(1) and
-carries a reference count: how many holders (sequences now; a prefix cache from chapter 3 on) use it.
+carries a reference count: how many holders (the block tables that list it) use it.
 It returns to the free list only when its count reaches zero. `retain` and `release` are symmetric and
-are the only way to change a count — callers never touch `ref_count` themselves (the seed's step14_6).
+are the only way to change a count — callers never touch `ref_count` themselves (the mini-vllm tutorial's step14_6).
 
 Every public method validates first and mutates after, so a failed call leaves the state unchanged.
 """
@@ -41,7 +41,7 @@ class BlockManager:
             raise ValueError(f"cannot allocate {n} blocks")
         if not self.can_allocate(n):
             raise OutOfBlocksError(f"need {n} blocks, only {self.num_free} free")
-        blocks = [self._pop_free() for _ in range(n)]
+        blocks = [self.free_blocks.popleft() for _ in range(n)]
         for b in blocks:
             self.ref_count[b] = 1
         return blocks
@@ -71,17 +71,10 @@ class BlockManager:
         for b in blocks:
             self.ref_count[b] -= 1
             if self.ref_count[b] == 0:
-                self._push_free(b)
+                self.free_blocks.append(b)
                 freed.append(b)
         return freed
         # END SOLUTION
-
-    # The free list. Chapter 3 overrides both to keep freed blocks reusable, in LRU order.
-    def _pop_free(self) -> int:
-        return self.free_blocks.popleft()
-
-    def _push_free(self, block: int) -> None:
-        self.free_blocks.append(block)
 
     def _check_id(self, b: int) -> None:
         if not (isinstance(b, int) and 0 <= b < self.num_blocks):

@@ -5,6 +5,7 @@ The model is chapter 1's Transformer, unchanged: only its KV store is new (Paged
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
@@ -13,29 +14,15 @@ import torch
 from step01_kvcache.generate import SamplingParams, sample_next, validate_prompt
 from step01_kvcache.model import Transformer
 
-from .kv_cache_manager import KVCacheManager, cdiv
+from .cache_manager import CacheManager, cdiv
+from .config import EngineConfig
+from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
 from .paged_attention import PagedAttention
-from .scheduler import Scheduler, SchedulerConfig
+from .scheduler import Scheduler
 from .sequence import Sequence, SequenceStatus
 
-
-@dataclass(frozen=True)
-class EngineConfig:
-    num_blocks: int = 256
-    block_size: int = 16
-    max_num_seqs: int = 8
-    max_num_batched_tokens: int = 512
-    enable_chunked_prefill: bool = True
-
-    def __post_init__(self) -> None:
-        if self.block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {self.block_size}")
-        if self.num_blocks <= 0:
-            raise ValueError(f"num_blocks must be positive, got {self.num_blocks}")
-
-    def scheduler_config(self) -> SchedulerConfig:
-        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.enable_chunked_prefill)
+__all__ = ["Engine", "EngineConfig", "EngineStats", "RequestOutput"]
 
 
 @dataclass(frozen=True)
@@ -66,29 +53,30 @@ class EngineStats:
 
 
 class Engine:
-    """`attention` is the KV store a step runs on: any class with `for_step(pool, block_tables, num_computed,
+    """One engine for every chapter; two seams choose what it runs on.
+
+    `manager` builds the cache manager from the pool's geometry: any callable `(num_blocks, block_size) ->
+    CacheManager`, usually the manager class itself (chapter 2's KVCacheManager pages without caching).
+    `attention` is the KV store a step runs on: any class with `for_step(pool, block_tables, num_computed,
     num_new)` returning a KVStore that also knows the step's `positions` (chapter 1's seam)."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
+                 manager: Callable[[int, int], CacheManager] = KVCacheManager,
                  attention: type[PagedAttention] = PagedAttention) -> None:
         self.model, self.config, self.attention = model, config, attention
-        self.kv = self._make_kv_cache_manager()
+        self.kv = manager(config.num_blocks, config.block_size)
         self.pool = KVPool(model.config, config.num_blocks, config.block_size, model.dtype, model.device)
-        self.scheduler = Scheduler(config.scheduler_config(), self.kv)
+        self.scheduler = Scheduler(config, self.kv)
         self.seqs: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self.last_scheduled: list[tuple[int, int]] = []  # (seq_id, tokens) of the latest step, for display
         self._next_id = 0
 
-    def _make_kv_cache_manager(self) -> KVCacheManager:
-        return KVCacheManager(self.config.num_blocks, self.config.block_size)
-
-    def _make_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> Sequence:
-        return Sequence(seq_id, prompt_ids, params)
-
     # ---- requests ---------------------------------------------------------------------------------------
-    def add_request(self, prompt_ids: Seq[int] | torch.Tensor, params: SamplingParams = SamplingParams()) -> int:
-        """Queue a request; returns its id. Rejects, with nothing queued, what could never run."""
+    def add_request(self, prompt_ids: Seq[int] | torch.Tensor, params: SamplingParams = SamplingParams(),
+                    **options: object) -> int:
+        """Queue a request; returns its id. `options` go to the cache manager's `new_sequence` (chapter 2's
+        takes none). Rejects, with nothing queued, what could never run."""
         ids = validate_prompt(self.model.config, prompt_ids, params.max_new_tokens)
         cfg = self.config
         longest = len(ids) + params.max_new_tokens - 1  # the last sampled token is never stored
@@ -99,7 +87,7 @@ class Engine:
         if not cfg.enable_chunked_prefill and longest > cfg.max_num_batched_tokens:
             raise ValueError(f"without chunked prefill a {longest}-token sequence must fit the step budget "
                              f"max_num_batched_tokens={cfg.max_num_batched_tokens}; enable chunked prefill")
-        seq = self._make_sequence(self._next_id, ids, params)
+        seq = self.kv.new_sequence(self._next_id, ids, params, **options)
         self._next_id += 1
         self.seqs[seq.seq_id] = seq
         self.scheduler.add(seq)
@@ -194,7 +182,8 @@ class Engine:
         return self.pool.bytes_per_block
 
     def check_invariants(self) -> None:
-        """Block manager and block tables agree; every live sequence is in exactly one queue."""
+        """The cache manager's invariants; every live sequence is in exactly one queue; a drained engine holds
+        nothing for requests."""
         self.kv.check_invariants()
         running, waiting = self.scheduler.running, self.scheduler.waiting
         assert len(running) <= self.config.max_num_seqs, "more running sequences than seats"
@@ -204,3 +193,7 @@ class Engine:
             assert not s.block_table and s.num_computed_tokens == 0, f"waiting sequence {s.seq_id} holds blocks"
         for s in running:
             assert s.status is SequenceStatus.RUNNING and s.num_pending_tokens >= 1
+        for s in self.seqs.values():
+            s.check_invariants()
+        if not self.has_unfinished():
+            assert not self.kv.holders and self.kv.slot_usage() == (0, 0), "a drained engine still holds memory"

@@ -10,25 +10,16 @@ budget, seats and blocks last. Nothing is ever half-allocated, so nothing leaks.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
-from .kv_cache_manager import KVCacheManager
+from .cache_manager import CacheManager
+from .config import EngineConfig
 from .sequence import Sequence, SequenceStatus
 
 
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_num_seqs: int = 8
-    max_num_batched_tokens: int = 512
-    enable_chunked_prefill: bool = True
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
-            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
-
-
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    """Reads the budget fields of the engine's config; asks the cache manager for memory."""
+
+    def __init__(self, config: EngineConfig, kv: CacheManager) -> None:
         self.config, self.kv = config, kv
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -66,13 +57,13 @@ class Scheduler:
         # admit new work only when nothing had to be preempted: the pool is tight otherwise
         while not preempted and self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
             seq = self.waiting[0]
-            blocks, num_cached = self.kv.get_computed_blocks(seq)
-            n = seq.num_tokens - num_cached
+            match = self.kv.get_computed_blocks(seq)
+            n = seq.num_tokens - match.num_tokens
             if chunked:
                 n = min(n, budget)
             elif n > budget:
                 break
-            if not self.kv.allocate_slots(seq, n, blocks, num_cached):
+            if not self.kv.allocate_slots(seq, n, match):
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING

@@ -32,7 +32,7 @@ class Sequence:
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)  # logical block i -> physical block id
     num_computed_tokens: int = 0  # tokens whose K/V are in the pool
-    num_cached_tokens: int = 0  # of the prompt, served by a prefix cache (chapter 3 on)
+    num_cached_tokens: int = 0  # of the prompt, found in the pool on first admission (a prefix hit)
     num_preemptions: int = 0
     arrival_time: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
@@ -70,3 +70,9 @@ class Sequence:
         if token in self.params.stop_token_ids or len(self.output_ids) >= self.params.max_new_tokens:
             self.status = SequenceStatus.FINISHED
             self.finish_time = time.perf_counter()
+
+    def check_invariants(self) -> None:
+        assert 0 <= self.num_computed_tokens <= self.num_tokens, \
+            f"sequence {self.seq_id}: {self.num_computed_tokens} computed of {self.num_tokens} tokens"
+        assert 0 <= self.num_cached_tokens < self.num_prompt_tokens or self.num_cached_tokens == 0, \
+            f"sequence {self.seq_id}: {self.num_cached_tokens} cached prompt tokens of {self.num_prompt_tokens}"

@@ -12,8 +12,10 @@ from course.demo import DEFAULT_PROMPT, chat_ids, demo_parser, stop_ids
 from course.pretrained import timed_load
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
+from step02_paged import Engine, EngineConfig
 
-from .engine import Engine, EngineConfig
+from .kv_cache_manager import PrefixCachingKVCacheManager
+from .pictures import hash_tree_text
 
 BLOCK_SIZE = 16
 
@@ -24,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     model, tok, load_s = timed_load(args.model)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, stop_token_ids=stop_ids(tok))
-    engine = Engine(model, EngineConfig(num_blocks=512, block_size=BLOCK_SIZE))
+    engine = Engine(model, EngineConfig(num_blocks=512, block_size=BLOCK_SIZE), PrefixCachingKVCacheManager)
     decode = lambda ids: tok.decode(ids, skip_special_tokens=False)
     answer = lambda out: tok.decode(out.output_ids, skip_special_tokens=True)
     try:
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
           f"cached, {len(bm.free_blocks)} of {bm.num_blocks} in the LRU free queue (cached ones evicted oldest first)")
     engine.check_invariants()
     print("\nthe tree the chained hashes form (one line per run of single-child blocks):")
-    print(engine.kv.to_text(decode=decode))
+    print(hash_tree_text(engine.kv, decode=decode))
     return 0
 
 

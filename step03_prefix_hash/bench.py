@@ -1,9 +1,9 @@
-"""`python -m course bench step03 --workload short|long|seed003 [--json]`.
+"""`python -m course bench step03 --workload short|long|shared_prefix [--json]`.
 
-The shared cache off/on runner of DESIGN.md (course.bench.prefix_cache_bench), plus what this chapter adds:
-per-round hit rates (request-level as the seed counts them: a request hits when it reuses at least one
-block), the cost of hashing per token, the cost of looking up an already hashed 2k-token prompt, and, on
-`long`, Hugging Face's "reuse a prompt cache" recipe on the same requests in the same process.
+The cache off/on runner every prefix-caching chapter shares (course.bench.prefix_cache_bench), plus what this
+chapter adds: per-round hit rates (per request as the mini-vllm tutorial counts them: a request hits when it
+reuses at least one block), the cost of hashing per token, the cost of looking up an already hashed 2k-token
+prompt, and, on `long`, Hugging Face's "reuse a prompt cache" recipe on the same requests in the same process.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import torch
 
 from course.bench import prefix_cache_bench, register
 from step01_kvcache.generate import SamplingParams
-from step02_paged.kv_cache_manager import cdiv
+from step02_paged import Engine, EngineConfig, KVCacheManager
+from step02_paged.cache_manager import cdiv
 
-from .engine import Engine, EngineConfig
 from .kv_cache_manager import PrefixCachingKVCacheManager
 from .sequence import HashedSequence
 
@@ -39,7 +39,8 @@ def bench_step03(args: argparse.Namespace) -> dict:
     managers, models = [], []  # the cache managers (not the engines: their pools are large) and the model
 
     def make_engine(model, on: bool) -> Engine:
-        engine = Engine(model, EngineConfig(num_blocks=num_blocks, block_size=BLOCK_SIZE), prefix_caching=on)
+        engine = Engine(model, EngineConfig(num_blocks=num_blocks, block_size=BLOCK_SIZE),
+                        PrefixCachingKVCacheManager if on else KVCacheManager)
         managers.append(engine.kv)
         models[:] = [model]
         return engine
@@ -47,7 +48,8 @@ def bench_step03(args: argparse.Namespace) -> dict:
     result = prefix_cache_bench("step03", make_engine, args)
     # the sequential pass with the cache on: it serves every round, and comes before the concurrent pass
     # (max keeps the first of equals)
-    sequential = max((kv for kv in managers if kv.enable_caching), key=lambda kv: kv.stats.requests)
+    sequential = max((kv for kv in managers if isinstance(kv, PrefixCachingKVCacheManager)),
+                     key=lambda kv: kv.stats.requests)
     recent = list(sequential.stats.recent)  # (seq_id, prompt tokens, hit tokens) in admission order
     rounds = [recent[r * len(prompts): (r + 1) * len(prompts)] for r in range(workload.rounds)]
     result["request_hit_rate_per_round"] = [round(sum(h > 0 for _, _, h in r) / len(r), 3) for r in rounds]
@@ -91,14 +93,14 @@ def lookup_seconds(num_tokens: int = 2048, block_size: int = BLOCK_SIZE) -> floa
     """get_computed_blocks on an already hashed prompt whose blocks are all cached (and free)."""
     kv = PrefixCachingKVCacheManager(num_tokens // block_size + 2, block_size)
     tokens, params = list(range(num_tokens)), SamplingParams(max_new_tokens=1)
-    first = HashedSequence(0, tokens, params, block_size=block_size)
+    first = kv.new_sequence(0, tokens, params)
     assert kv.allocate_slots(first, num_tokens)
     first.num_computed_tokens = num_tokens
     kv.on_computed(first)
     kv.free(first)
-    probe = HashedSequence(1, tokens, params, block_size=block_size)
-    blocks, hit = kv.get_computed_blocks(probe)
-    assert hit == len(blocks) * block_size == (num_tokens - 1) // block_size * block_size
+    probe = kv.new_sequence(1, tokens, params)
+    match = kv.get_computed_blocks(probe)
+    assert match.num_tokens == len(match.blocks) * block_size == (num_tokens - 1) // block_size * block_size
     return min(timeit.repeat(lambda: kv.get_computed_blocks(probe), number=200, repeat=5)) / 200
 
 

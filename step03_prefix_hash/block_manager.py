@@ -2,8 +2,8 @@
 
 A full, computed block is *published* under its chained hash. From then on it is found by hash until
 the allocator reuses it. Freeing does not forget: a block whose ref count drops to 0 keeps its hash
-entry and waits in the LRU free queue, still reusable. Only `_pop_free` — the allocator taking the least
-recently used free block for new tokens — evicts: that is the moment the hash entry is dropped.
+entry and waits in the LRU free queue, still reusable. Only `allocate` — chapter 2's allocator taking the
+least recently used free blocks for new tokens — evicts: that is the moment their hash entries are dropped.
 
 A hit on a block goes through `touch`: ref +1, and if the block was free it leaves the free queue, so no
 allocation can take it while it is in use. Every public method validates first and mutates after.
@@ -35,7 +35,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     def __init__(self, num_blocks: int) -> None:
         super().__init__(num_blocks)
-        self.free_blocks = FreeBlockQueue(num_blocks)  # replaces chapter 2's deque: hits remove from the middle
+        self.free_blocks = FreeBlockQueue(num_blocks)  # instead of chapter 2's deque: hits remove from the middle
         self.cached: dict[BlockHash, int] = {}  # hash -> the block that holds that content
         self.entries: list[CacheEntry | None] = [None] * num_blocks  # block -> its entry, if published
         self.num_evicted = 0
@@ -79,17 +79,19 @@ class PrefixCachingBlockManager(BlockManager):
             self.ref_count[b] += 1
         # END SOLUTION
 
-    def _pop_free(self) -> int:
-        """The allocator's pick: the least recently freed block. If it was cached, it is evicted now."""
+    def allocate(self, n: int) -> list[int]:
+        """Chapter 2's allocation, from the front of the LRU free queue. A block taken that was still cached is
+        evicted now: its hash entry goes, since new tokens will overwrite its K/V."""
+        blocks = super().allocate(n)
         # BEGIN SOLUTION task3.touch_evict
-        block = self.free_blocks.popleft()
-        entry = self.entries[block]
-        if entry is not None:
-            del self.cached[entry.block_hash]
-            self.entries[block] = None
-            self.num_evicted += 1
-        return block
+        for block in blocks:
+            entry = self.entries[block]
+            if entry is not None:
+                del self.cached[entry.block_hash]
+                self.entries[block] = None
+                self.num_evicted += 1
         # END SOLUTION
+        return blocks
 
     def reset(self) -> int:
         """Forget every cached block (e.g. after a weight update); only when no block is held. Returns how

@@ -2,7 +2,7 @@
 
 Hashes are computed once, incrementally: the prompt's full blocks when the request arrives, then one more
 each time decoding fills a block (in `append_token`). Looking a request up in the cache, or publishing
-its blocks, never rehashes its prefix (the seed's step14_5). A hash says what the block's tokens are, not
+its blocks, never rehashes its prefix (the mini-vllm tutorial's step14_5). A hash says what the block's tokens are, not
 whether their K/V exist yet: the cache manager publishes a block only once it has been computed.
 """
 from __future__ import annotations
@@ -51,5 +51,6 @@ class HashedSequence(Sequence):
         # END SOLUTION
 
     def check_invariants(self) -> None:
+        super().check_invariants()
         assert self.block_hashes == hash_token_blocks(self.all_token_ids, self.block_size, self.cache_salt), \
             f"sequence {self.seq_id}: its block hashes are not the chain of its tokens"

@@ -8,8 +8,10 @@ from course.demo import chat_ids, demo_parser, stop_ids
 from course.pretrained import timed_load
 from course.workloads import WORKLOADS, get_workload
 from step01_kvcache.generate import SamplingParams
+from step02_paged import Engine, EngineConfig
 
-from .engine import RadixEngine, RadixEngineConfig
+from .pictures import cache_text, tree_text
+from .radix_cache import RadixKVCacheManager
 
 BATCH = 3  # requests submitted together: while they run, their prefixes are locked
 
@@ -26,18 +28,18 @@ def workload_parser(doc: str):
 def main(argv: list[str] | None = None) -> int:
     args = workload_parser(__doc__).parse_args(argv)
     model, tok, load_s = timed_load(args.model)
-    engine = RadixEngine(model, RadixEngineConfig(num_blocks=8192))
+    engine = Engine(model, EngineConfig(num_blocks=8192, block_size=1), RadixKVCacheManager)
     asked = ask_twice(engine, tok, args)
     if not isinstance(asked, tuple):
         return asked
     ids, first, second = asked
-    print(f"model loaded in {load_s:.1f} s; pool of {engine.config.num_slots} slots, one token each\n")
+    print(f"model loaded in {load_s:.1f} s; pool of {engine.config.num_blocks} slots, one token each\n")
     print(f"answer: {tok.decode(first.output_ids, skip_special_tokens=True)}\n")
     report_asks(ids, first, second)
     print("the last prompt token is always recomputed to get its logits\n")
-    decode = run_demo_workload(engine, args, tok)
+    decode = run_demo_workload(engine, args, tok, cache_text)
     print("\nthe tree after everything (every lock released; yellow in the notebook = evictable leaves):")
-    print(engine.tree.to_text(decode))
+    print(tree_text(engine.kv.tree, decode))
     return 0
 
 
@@ -65,19 +67,20 @@ def report_asks(ids: list[int], first, second) -> None:
     print(f"second answer: {same}")
 
 
-def run_demo_workload(engine: RadixEngine, args, tok):
-    """Run `--workload` (unless 'none') after the asks, check every invariant; returns the token decoder."""
+def run_demo_workload(engine: Engine, args, tok, describe):
+    """Run `--workload` (unless 'none') after the asks, check every invariant; returns the token decoder.
+    `describe(kv, decode)` renders the cache while a batch holds its locks."""
     def decode(ids: list[int]) -> str:
         return tok.decode(ids)
 
     if args.workload != "none":
         params = SamplingParams(max_new_tokens=args.workload_new_tokens, stop_token_ids=stop_ids(tok))
-        run_workload(engine, args.workload, params, decode)
+        run_workload(engine, args.workload, params, decode, describe)
     engine.check_invariants()
     return decode
 
 
-def run_workload(engine: RadixEngine, name: str, params: SamplingParams, decode) -> None:
+def run_workload(engine: Engine, name: str, params: SamplingParams, decode, describe) -> None:
     workload = get_workload(name)
     from course.pretrained import load_tokenizer
 
@@ -91,7 +94,7 @@ def run_workload(engine: RadixEngine, name: str, params: SamplingParams, decode)
         if start == BATCH:
             print(f"\nwhile requests {start}-{start + len(batch) - 1} run, their prefixes are locked "
                   f"(lock_ref = how many of them use a node):")
-            print(engine.kv.to_text(decode))
+            print(describe(engine.kv, decode))
             print()
         while engine.has_unfinished():
             done.update((o.seq_id, o) for o in engine.step())
@@ -102,7 +105,7 @@ def run_workload(engine: RadixEngine, name: str, params: SamplingParams, decode)
             text = decode(out.output_ids).replace("\n", " ")
             print(f"  request {start + i}: {out.num_cached_tokens:4d}/{len(out.prompt_ids)} cached "
                   f"({out.num_cached_tokens / len(out.prompt_ids):5.1%})  {text[:60]!r}")
-    tree = engine.tree
+    tree = engine.kv.tree
     print(f"hit rate {cached}/{total} = {cached / total:.1%}; tree: {tree.num_nodes} nodes, {tree.total_size} tokens, "
           f"{tree.protected_size} locked, {engine.kv.num_evicted} evicted")
 

@@ -1,20 +1,22 @@
-"""RadixKVCacheManager: chapter 2's KVCacheManager with SGLang's radix cache, one token per slot.
+"""RadixKVCacheManager: SGLang's radix cache as the engine's cache manager, one token per slot.
 
-Ownership model (SGLang's): every slot of the pool has exactly one owner.
+It composes chapter 2's BlockManager (block_size 1, so a block is a slot) with a RadixTree and implements
+chapter 2's cache-manager interface. Ownership model (SGLang's): every slot of the pool has exactly one owner.
 - the tree owns the slots of the tokens it caches (`insert` hands them over);
 - a request owns the slots it allocated that are not in the tree yet (its *private* slots);
 - the rest are on the free list.
-The BlockManager (block_size 1, so a block is a slot) keeps counting: a slot's ref_count is 1 when it has an
-owner and 0 when free. Sharing a cached prefix adds no count: the request locks the tree node where its prefix
-ends (`lock_ref` along the parent chain) and a locked node is never evicted. That is the only reference the
-request has to the tree - a node pointer, `seq.last_node`, never a token path (seed 000's Bug 3).
+The BlockManager keeps counting: a slot's ref_count is 1 when it has an owner and 0 when free. Sharing a cached
+prefix adds no count: the request locks the tree node where its prefix ends (`lock_ref` along the parent chain)
+and a locked node is never evicted. That is the only reference the request has to the tree - a node pointer,
+`seq.last_node`, never a token path (locking by token path is the design mistake tests/step04 replays).
 
 A request's block table therefore reads: `block_table[:cache_protected_len]` = the tree's slots along the path
 to `last_node` (locked), `block_table[cache_protected_len:]` = private slots.
 
 Life of a request:
-1. admission: `get_computed_blocks` matches the prompt (all but its last token, whose logits are needed),
-   `allocate_slots` locks the match, evicts LRU leaves if the free list is short, allocates the rest;
+1. admission: `get_computed_blocks` matches the prompt (all but its last token, whose logits are needed) and
+   returns the slots with the node where the match ends; `allocate_slots` locks that node, evicts LRU leaves if
+   the free list is short, allocates the rest;
 2. after each prefill chunk: `cache_unfinished_req` inserts what is computed, frees the slots the tree already
    had (duplicates), points the block table at the tree's slots and moves the lock down to the new node;
 3. finish, abort or preemption (`free`): `cache_finished_req` does the same insert, frees duplicates and
@@ -25,81 +27,98 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from course.draw import Dot
-from step02_paged.kv_cache_manager import KVCacheManager, cdiv
+from step01_kvcache.generate import SamplingParams
+from step02_paged.block_manager import BlockManager
+from step02_paged.cache_manager import CacheManager, PrefixMatch
 from step02_paged.sequence import Sequence
 
-from .radix_tree import Decode, RadixTree, TreeNode
+from .radix_tree import RadixTree, TreeNode
 
 
 @dataclass(eq=False)
 class RadixSequence(Sequence):
-    """A step02 Sequence that also remembers its place in the radix tree."""
+    """A chapter 2 Sequence that also remembers its place in the radix tree."""
 
     last_node: TreeNode | None = None  # locked: where the part of block_table owned by the tree ends
     cache_protected_len: int = 0  # block_table[:cache_protected_len] are tree slots
     num_prefill_tokens: int = 0  # tokens to prefill when admitted: later forwards beyond it are decodes
 
 
-class RadixKVCacheManager(KVCacheManager):
-    """A slot pool (block_size 1) whose finished and in-flight prefixes live in a RadixTree."""
+@dataclass(frozen=True)
+class TreeMatch(PrefixMatch):
+    """A lookup's answer: the slots of the cached prefix and the node where it ends (locked on admission)."""
+
+    node: TreeNode | None = None
+
+
+class RadixKVCacheManager(CacheManager):
+    """A slot pool whose finished and in-flight prefixes live in a RadixTree."""
 
     def __init__(self, num_slots: int, block_size: int = 1) -> None:
-        super().__init__(num_slots, block_size)
-        self.tree = self._make_tree()
-        self._matched: dict[int, TreeNode] = {}  # seq_id -> node found by get_computed_blocks, not locked yet
-        self.num_evicted = 0  # slots (blocks, in chapter 5) taken back from the tree under memory pressure
-        # the latest admissions, (seq_id, prompt tokens, of them cached), for hit rates per request and round
+        if block_size != 1:
+            raise ValueError(f"the radix cache stores one token per slot: block_size must be 1, got {block_size}")
+        self.block_size = 1
+        self.block_manager = BlockManager(num_slots)
+        self.tree = RadixTree()
+        self.holders: dict[int, RadixSequence] = {}
+        self.num_evicted = 0  # slots taken back from the tree under memory pressure
+        # the first admission of each request, (seq_id, prompt tokens, of them cached), for hit rates
         self.admissions: deque[tuple[int, int, int]] = deque(maxlen=4096)
 
-    def _make_tree(self) -> RadixTree:
-        if self.block_size != 1:
-            raise ValueError(f"the radix cache stores one token per slot: block_size must be 1, got "
-                             f"{self.block_size} (chapter 5 bridges a token tree to bigger blocks)")
-        return RadixTree()
+    def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> RadixSequence:
+        return RadixSequence(seq_id, prompt_ids, params)
 
     # ---- admission ---------------------------------------------------------------------------------------
-    def get_computed_blocks(self, seq: RadixSequence) -> tuple[list[int], int]:
+    def get_computed_blocks(self, seq: RadixSequence) -> TreeMatch:
         """The cached slots of the sequence's prefix, leaving at least its last token to compute."""
         slots, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
-        self._matched[seq.seq_id] = node
-        return slots, len(slots) * self.block_size
+        return TreeMatch(tuple(slots), len(slots), node)
 
-    def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, computed_blocks: list[int] = (),
-                       num_computed_tokens: int = 0) -> bool:
-        """Step02's all-or-nothing allocation, after locking the matched prefix (so that the eviction that may
-        follow cannot take it) and evicting LRU leaves if the free list is short."""
+    def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
+        """All or nothing. On admission the matched node is locked first (so that the eviction that may follow
+        cannot take it); then LRU leaves are evicted if the free list is short, and new slots allocated."""
         admitting = seq.seq_id not in self.holders
-        node = self.tree.root
+        hits = list(match.blocks) if match else []
+        self._check_match(seq, admitting, match)
+        node = match.node if hits else self.tree.root
         if admitting:
-            matched = self._matched.pop(seq.seq_id, self.tree.root)
-            if computed_blocks:
-                node = matched
-                if (len(computed_blocks) * self.block_size != num_computed_tokens
-                        or list(computed_blocks) != self.tree.prefix_slots(node)):
-                    raise ValueError("computed_blocks must be what get_computed_blocks just returned")
             self.tree.inc_lock_ref(node)
-        done = num_computed_tokens if computed_blocks else seq.num_computed_tokens
-        need = cdiv(done + num_new_tokens, self.block_size) - len(seq.block_table) - len(computed_blocks)
-        short = need - self.block_manager.num_free
-        if short > 0:
-            self.evict(short)
-        if not super().allocate_slots(seq, num_new_tokens, computed_blocks, num_computed_tokens):
+        computed = len(hits) if hits else seq.num_computed_tokens
+        need = max(0, computed + num_new_tokens - len(seq.block_table) - len(hits))
+        bm = self.block_manager
+        if need > bm.num_free:
+            self.evict(need - bm.num_free)
+        if not bm.can_allocate(need):
             if admitting:
                 self.tree.dec_lock_ref(node)
             return False
         if admitting:
-            seq.last_node, seq.cache_protected_len = node, self.tree.depth(node)
+            seq.block_table, seq.num_computed_tokens = hits, computed
+            seq.last_node, seq.cache_protected_len = node, len(hits)
             seq.num_prefill_tokens = seq.num_tokens
-            self.admissions.append((seq.seq_id, seq.num_prompt_tokens, seq.num_cached_tokens))
+            self.holders[seq.seq_id] = seq
+            if not seq.num_preemptions:  # once per request: a recompute finding its own tokens is no prompt hit
+                seq.num_cached_tokens = len(hits)
+                self.admissions.append((seq.seq_id, seq.num_prompt_tokens, len(hits)))
+        seq.block_table += bm.allocate(need)
         return True
 
-    def _share(self, blocks: list[int]) -> None:
-        """No per-slot count for a shared prefix: the lock on `last_node` keeps it alive (see the module doc)."""
+    def _check_match(self, seq: RadixSequence, admitting: bool, match: TreeMatch | None) -> None:
+        """Refuse, changing nothing, a match that is not this admission's, or that went stale: between the lookup
+        and this allocation another admission may have evicted the matched node."""
+        if not (match and match.blocks):
+            return
+        if not admitting:
+            raise ValueError(f"sequence {seq.seq_id}: a match is taken only on admission")
+        node = match.node
+        if node is None or not self.tree.contains(node) or self.tree.prefix_slots(node) != list(match.blocks) \
+                or self.tree.prefix_tokens(node) != seq.all_token_ids[: match.num_tokens]:
+            raise ValueError(f"sequence {seq.seq_id}: stale match, its node was evicted since the lookup; "
+                             "call get_computed_blocks again")
 
     def evict(self, num: int) -> int:
-        """Free at least `num` slots (blocks, in chapter 5) from unlocked leaves, least recently used first
-        (fewer if the tree holds fewer unlocked ones). Returns the number freed."""
+        """Free at least `num` slots from unlocked leaves, least recently used first (fewer if the tree holds
+        fewer unlocked ones). Returns the number freed."""
         freed = self.tree.evict(num, self.block_manager.release)
         self.num_evicted += freed
         return freed
@@ -124,15 +143,11 @@ class RadixKVCacheManager(KVCacheManager):
         """Give the computed prefix to the tree and keep using it through a lock on its last node."""
         n = self._insert(seq)
         slots, node = self.tree.match_prefix(seq.all_token_ids[:n])
-        assert len(slots) == self.tree.span(0, n), "the tokens just inserted must match in full"
-        self._use_tree_values(seq, slots)
+        assert len(slots) == n, "the tokens just inserted must match in full"
+        seq.block_table[:n] = slots  # the head of the table now names the tree's slots
         self.tree.inc_lock_ref(node)
         self.tree.dec_lock_ref(seq.last_node)
         seq.last_node, seq.cache_protected_len = node, n
-
-    def _use_tree_values(self, seq: RadixSequence, slots: list[int]) -> None:
-        """Point the block table's head at the tree's slots (`_insert` already freed the private duplicates)."""
-        seq.block_table[: len(slots)] = slots
 
     def cache_finished_req(self, seq: RadixSequence) -> None:
         """Give every computed token to the tree, free the rest, and unlock."""
@@ -144,7 +159,6 @@ class RadixKVCacheManager(KVCacheManager):
     def free(self, seq: RadixSequence) -> None:
         """Finish, abort or preemption: the sequence's computed tokens stay cached (a preempted sequence will
         usually find them again when it is re-admitted)."""
-        self._matched.pop(seq.seq_id, None)
         if seq.seq_id in self.holders:
             self.cache_finished_req(seq)
             del self.holders[seq.seq_id]
@@ -159,14 +173,7 @@ class RadixKVCacheManager(KVCacheManager):
     # ---- accounting --------------------------------------------------------------------------------------
     def private_slots(self, seq: RadixSequence) -> list[int]:
         """The part of the block table that is the request's own, after the tree's part."""
-        return seq.block_table[self.tree.span(0, seq.cache_protected_len):]
-
-    def expected_ref_counts(self) -> Counter:
-        """One count per owner: the tree for its slots, a request for its private slots."""
-        owners = Counter(self.tree.all_slots())
-        for seq in self.holders.values():
-            owners.update(self.private_slots(seq))
-        return owners
+        return seq.block_table[seq.cache_protected_len:]
 
     def slot_usage(self) -> tuple[int, int]:
         """(allocated, filled) slots held for live requests: their private slots plus the locked part of the
@@ -178,67 +185,34 @@ class RadixKVCacheManager(KVCacheManager):
         return private + self.tree.protected_size, filled + self.tree.protected_size
 
     def check_invariants(self) -> None:
-        """Step02's checks (every ref_count equals `expected_ref_counts`), the tree's, each request's place in
-        the tree, each lock_ref counting the requests under it, then the ownership model."""
-        self.tree.check_invariants()
-        super().check_invariants()
-        tree = self.tree
+        """The tree's and the BlockManager's; each request's place in the tree; each lock_ref counting the
+        requests under it; then the ownership model: every slot has exactly one owner among the tree, one
+        request (its private slots) and the free list, and ref_count 1 exactly when owned."""
+        tree, bm = self.tree, self.block_manager
+        tree.check_invariants()
+        bm.check_invariants()
         locks: Counter = Counter()
+        owned: Counter = Counter(tree.all_slots())
         for seq in self.holders.values():
             node = seq.last_node
+            assert not seq.is_finished, f"finished sequence {seq.seq_id} still holds slots"
             assert node is not None and tree.contains(node), f"sequence {seq.seq_id} holds no node of the tree"
             assert seq.cache_protected_len == tree.depth(node), \
                 f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
-            assert seq.block_table[: tree.span(0, seq.cache_protected_len)] == tree.prefix_slots(node), \
-                f"sequence {seq.seq_id}: block table does not start with the tree's {tree.value_name} of its prefix"
+            assert seq.block_table[: seq.cache_protected_len] == tree.prefix_slots(node), \
+                f"sequence {seq.seq_id}: block table does not start with the tree's slots of its prefix"
             assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
                 f"sequence {seq.seq_id}: its last_node's path is not its own prefix"
+            assert seq.num_computed_tokens <= len(seq.block_table) <= seq.num_tokens, \
+                f"sequence {seq.seq_id}: {len(seq.block_table)} slots for {seq.num_computed_tokens} computed tokens"
             locks.update(n.id for n in tree.path(node))
+            owned.update(self.private_slots(seq))
         for node in tree.nodes():
             assert node.lock_ref == locks.get(node.id, 0), \
                 f"{node!r}: lock_ref {node.lock_ref} but {locks.get(node.id, 0)} live requests lock it"
-        self._check_ownership()
-
-    def _check_ownership(self) -> None:
-        """SGLang's single-owner model: every slot is owned by exactly one of the tree, one request (its
-        private slots) or the free list."""
-        owned: Counter = Counter(self.tree.all_slots())
-        for seq in self.holders.values():
-            owned.update(self.private_slots(seq))
-        free = set(self.block_manager.free_blocks)
+        free = set(bm.free_blocks)
         for slot in range(self.num_blocks):
             owners = owned.get(slot, 0) + (slot in free)
             assert owners == 1, f"slot {slot} has {owners} owners among the tree, the requests and the free list"
-
-    def occupancy_map(self) -> str:
-        """One character per slot: a request's id (mod 36) for its private slots, '*' for locked tree slots,
-        '-' for evictable cached slots, '.' for free ones."""
-        digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-        cells = ["."] * self.num_blocks
-        for node in self.tree.nodes():
-            for s in node.value:
-                cells[s] = "*" if node.lock_ref else "-"
-        for seq in self.holders.values():
-            for s in self.private_slots(seq):
-                cells[s] = digits[seq.seq_id % 36]
-        return "".join(cells)
-
-    def to_text(self, decode: Decode | None = None) -> str:
-        """The tree as indented text, then one line per live request: the node it locks and what it holds."""
-        lines = [self.tree.to_text(decode)]
-        lines += [self._describe(seq) for seq in sorted(self.holders.values(), key=lambda s: s.seq_id)]
-        return "\n".join(lines)
-
-    def _describe(self, seq: RadixSequence) -> str:
-        return (f"seq {seq.seq_id}: locks node #{seq.last_node.id} ({seq.cache_protected_len} tokens in the tree), "
-                f"{len(self.private_slots(seq))} private {self.tree.value_name}")
-
-    def to_dot(self, decode: Decode | None = None, name: str = "radix_cache") -> str:
-        """The tree, plus one box per live request pointing at the node it locks."""
-        dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
-        self.tree.draw(dot, decode)
-        for seq in sorted(self.holders.values(), key=lambda s: s.seq_id):
-            dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\n{seq.cache_protected_len} tok in tree, "
-                     f"{len(self.private_slots(seq))} private", shape="note", fillcolor="#e8f0fe")
-            dot.edge(f"seq{seq.seq_id}", f"n{seq.last_node.id}", "last_node", style="dashed", color="#1a73e8")
-        return dot.source()
+            assert bm.ref_count[slot] == owned.get(slot, 0), \
+                f"slot {slot}: ref_count {bm.ref_count[slot]} but {owned.get(slot, 0)} owners"

@@ -19,10 +19,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator, Sequence
 
-from course.draw import Dot
-
-Decode = Callable[[list[int]], str]
-
 
 class TreeNode:
     """One edge of the tree. The root has an empty edge and is never evicted."""
@@ -72,14 +68,12 @@ def _as_list(xs: Sequence[int]) -> list[int]:
 class RadixTree:
     """Token-level radix tree with lock counts, size accounting and LRU leaf eviction."""
 
-    value_name = "slots"  # what `TreeNode.value` lists (chapter 5's tree lists blocks)
-
     def __init__(self) -> None:
         self.reset()
 
     def span(self, start: int, end: int) -> int:
-        """How many `value` entries an edge covering path positions [start, end) holds: one slot per token.
-        Chapter 5 overrides this single rule to put whole blocks, not slots, on the edges."""
+        """How many `value` entries an edge covering path positions [start, end) holds: one slot per token. It is
+        the one place that ties values to tokens; insert, split and the invariants ask it."""
         return end - start
 
     def reset(self) -> None:
@@ -137,7 +131,7 @@ class RadixTree:
             child.last_access = now
             n = common_prefix_len(child.key, tokens, pos)
             if n < len(child.key):  # the match ends inside this edge: split there and stop
-                node = self._split_node(child, n)
+                node = self._split_node(child, pos, n)
                 slots.extend(node.value)
                 break
             slots.extend(child.value)
@@ -155,8 +149,7 @@ class RadixTree:
         """
         tokens, slots = _as_list(tokens), _as_list(slots)
         if len(slots) != self.span(0, len(tokens)):
-            raise ValueError(f"{len(tokens)} tokens need {self.span(0, len(tokens))} {self.value_name}, "
-                             f"got {len(slots)}")
+            raise ValueError(f"{len(tokens)} tokens need {self.span(0, len(tokens))} values, got {len(slots)}")
         # BEGIN SOLUTION task4.insert
         now = self._tick()
         node = self.root
@@ -170,14 +163,15 @@ class RadixTree:
             child.last_access = now
             n = common_prefix_len(child.key, tokens, pos)
             if n < len(child.key):
-                child = self._split_node(child, n)
+                child = self._split_node(child, pos, n)
             node = child
             pos += n
         return pos
         # END SOLUTION
 
-    def _split_node(self, child: TreeNode, split_len: int) -> TreeNode:
-        """Cut `child`'s edge after `split_len` tokens: a new node takes the first part and becomes child's parent.
+    def _split_node(self, child: TreeNode, start: int, split_len: int) -> TreeNode:
+        """Cut `child`'s edge, which starts at path position `start`, after `split_len` tokens: a new node takes the
+        first part and becomes child's parent.
 
         The new node copies `lock_ref` (the same requests use both halves: a lock taken on `child` before the
         split still unwinds through the new node, since it lies on child's parent chain) and `last_access`.
@@ -185,7 +179,6 @@ class RadixTree:
         """
         # BEGIN SOLUTION task4.insert
         parent = child.parent
-        start = self.depth(parent)  # path position of child's first token
         k = self.span(start, start + split_len)  # value entries that go with the first part
         new = self._new_node(child.key[:split_len], child.value[:k], parent)
         new.lock_ref = child.lock_ref
@@ -255,7 +248,7 @@ class RadixTree:
 
         Whole leaves go, so a little more than asked may be freed. `free_fn(slots)` receives each leaf's slots.
         A parent whose last child went, and that nobody locks, is a leaf now and joins the candidates.
-        Returns the number of slots freed (of blocks, in chapter 5's tree: what `value` lists).
+        Returns the number of values freed (what `TreeNode.value` lists).
         """
         # BEGIN SOLUTION task4.evict
         heap = [(leaf.last_access, leaf.id, leaf) for leaf in self._evictable_leaves]
@@ -357,8 +350,7 @@ class RadixTree:
                 continue
             span = self.span(start, start + len(node.key))
             assert len(node.value) == span, \
-                f"{node!r}: {len(node.key)} tokens from position {start} need {span} {self.value_name}, " \
-                f"has {len(node.value)}"
+                f"{node!r}: {len(node.key)} tokens from position {start} need {span} values, has {len(node.value)}"
             assert node.lock_ref >= 0, f"{node!r}: negative lock_ref"
             assert node.lock_ref >= child_locks, \
                 f"{node!r}: lock_ref {node.lock_ref} < sum of children's {child_locks} (a lock skipped an ancestor)"
@@ -369,74 +361,8 @@ class RadixTree:
                 if not node.children:
                     leaves.add(node)
             for s in node.value:
-                assert s not in seen_slots, f"{self.value_name[:-1]} {s} is held by two nodes"
+                assert s not in seen_slots, f"value {s} is held by two nodes"
                 seen_slots.add(s)
         assert evictable == self._evictable_size, f"evictable_size {self._evictable_size}, nodes say {evictable}"
         assert protected == self._protected_size, f"protected_size {self._protected_size}, nodes say {protected}"
         assert leaves == self._evictable_leaves, "the evictable-leaf set differs from the unlocked leaves"
-
-    # ---- pictures ----------------------------------------------------------------------------------------
-    def edge_text(self, node: TreeNode, decode: Decode | None = None, width: int = 36) -> str:
-        """A short readable form of an edge: decoded text (newlines shown as ⏎) or the first token ids."""
-        if decode is None:
-            head = ", ".join(map(str, node.key[:6]))
-            return f"[{head}{', ...' if len(node.key) > 6 else ''}]"
-        text = decode(node.key).replace("\n", "⏎")
-        return text if len(text) <= width else text[: width - 14] + " … " + text[-11:]
-
-    def _state(self, node: TreeNode) -> str:
-        if node.lock_ref:
-            return "locked"
-        return "evictable leaf" if node in self._evictable_leaves else "unlocked"
-
-    def to_text(self, decode: Decode | None = None, width: int = 48) -> str:
-        """The tree as indented text: edge, size, slot ranges, lock_ref, last access."""
-        lines = [f"root  ({self.total_size} tokens cached: {self.protected_size} locked, "
-                 f"{self.evictable_size} evictable)"]
-
-        def walk(node: TreeNode, indent: str) -> None:
-            kids = [node.children[t] for t in sorted(node.children)]
-            for i, child in enumerate(kids):
-                last = i == len(kids) - 1
-                lines.append(f"{indent}{'└─ ' if last else '├─ '}{self.edge_text(child, decode, width)}  "
-                             f"{len(child.key)} tok, {self.value_name} {slot_ranges(child.value)}, "
-                             f"lock_ref {child.lock_ref}, "
-                             f"t={child.last_access}{'  [evictable]' if child in self._evictable_leaves else ''}")
-                walk(child, indent + ("   " if last else "│  "))
-
-        walk(self.root, "")
-        return "\n".join(lines)
-
-    def draw(self, dot: Dot, decode: Decode | None = None) -> None:
-        """Add this tree's nodes and edges to `dot` (node names `n<id>`; the root is `n0`)."""
-        dot.node(f"n{self.root.id}", f"root\n{self.total_size} tok cached", shape="ellipse", fillcolor="#eeeeee")
-        colors = {"locked": "#c6dafc", "evictable leaf": "#fde293", "unlocked": "white"}
-        for node in self.nodes():
-            state = self._state(node)
-            label = (f"{len(node.key)} tok · {self.value_name} {slot_ranges(node.value)}\n"
-                     f"lock_ref {node.lock_ref} · t={node.last_access}" + ("\nevictable" if state == "evictable leaf"
-                                                                          else ""))
-            dot.node(f"n{node.id}", label, fillcolor=colors[state],
-                     penwidth="2" if state == "evictable leaf" else None)
-            dot.edge(f"n{node.parent.id}", f"n{node.id}", self.edge_text(node, decode))
-
-    def to_dot(self, decode: Decode | None = None, name: str = "radix") -> str:
-        """Deterministic DOT: edges carry their (decoded) tokens; nodes their slots, lock_ref and last access.
-        Locked nodes are blue, evictable leaves yellow with a thick border."""
-        dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
-        self.draw(dot, decode)
-        return dot.source()
-
-
-def slot_ranges(slots: Sequence[int], max_runs: int = 3) -> str:
-    """[0, 1, 2, 7, 8] -> '0-2,7-8': runs of consecutive slots, the first few of them ('none' for [])."""
-    if not slots:
-        return "none"
-    runs: list[list[int]] = []
-    for s in slots:
-        if runs and s == runs[-1][1] + 1:
-            runs[-1][1] = s
-        else:
-            runs.append([s, s])
-    text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:max_runs])
-    return text + (f",+{len(runs) - max_runs} runs" if len(runs) > max_runs else "")

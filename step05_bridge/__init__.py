@@ -1,6 +1,8 @@
-"""Chapter 5: seed 000's bridge - a token-level radix tree over a block-level BlockManager, two reference counts."""
+"""Chapter 5: the Pico-vLLM write-up's bridge - a token-level radix tree over a block-level BlockManager, two
+reference counts.
+
+`Engine(model, EngineConfig(block_size=16, ...), PrefixCache)` is chapter 2's engine with this cache."""
 from .block_radix_tree import BlockRadixTree
-from .engine import BridgeEngine, BridgeEngineConfig
 from .prefix_cache import PrefixCache
 
-__all__ = ["BlockRadixTree", "BridgeEngine", "BridgeEngineConfig", "PrefixCache"]
+__all__ = ["BlockRadixTree", "PrefixCache"]

@@ -6,9 +6,11 @@ from __future__ import annotations
 import sys
 
 from course.pretrained import timed_load
+from step02_paged import Engine, EngineConfig
 from step04_radix.__main__ import ask_twice, report_asks, run_demo_workload, workload_parser
 
-from .engine import BridgeEngine, BridgeEngineConfig
+from .pictures import bridge_text
+from .prefix_cache import PrefixCache
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,12 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16, as vLLM)")
     args = parser.parse_args(argv)
     try:
-        config = BridgeEngineConfig(num_blocks=8192 // max(1, args.block_size), block_size=args.block_size)
+        config = EngineConfig(num_blocks=8192 // max(1, args.block_size), block_size=args.block_size)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     model, tok, load_s = timed_load(args.model)
-    engine = BridgeEngine(model, config)
+    engine = Engine(model, config, PrefixCache)
     asked = ask_twice(engine, tok, args)
     if not isinstance(asked, tuple):
         return asked
@@ -32,12 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     report_asks(ids, first, second)
     print(f"the tree routed all {len(ids)} tokens, but only full blocks are shared, and the last prompt token "
           f"is always recomputed: ({len(ids)} - 1) // {bs} * {bs} = {(len(ids) - 1) // bs * bs}\n")
-    decode = run_demo_workload(engine, args, tok)
+    decode = run_demo_workload(engine, args, tok, bridge_text)
     kv = engine.kv
     print(f"\nafter everything: every lock released; {kv.num_cached_blocks} blocks held by the tree alone "
           f"(ref_count 1), {kv.block_manager.num_free} free, {kv.num_cached_blocks + kv.block_manager.num_free} "
           f"= the pool:")
-    print(kv.to_text(decode))
+    print(bridge_text(kv, decode))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""`python -m course bench step05 --workload <name> [--json]`: the bridge engine (block_size 16) with its cache
-off and on (DESIGN.md's contract, through course.bench.prefix_cache_bench), plus per-round hit rates.
+"""`python -m course bench step05 --workload <name> [--json]`: the engine with the bridge (block_size 16), cache
+off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus per-round hit rates.
 
 `python -m step05_bridge.bench [--workloads ...] [--block-sizes 16 4 1]` compares the three designs of chapters
 3-5 without the model's cost getting in the way: on the same sequential requests it prints the prompt tokens
@@ -18,9 +18,10 @@ from statistics import median
 from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
-from step02_paged.kv_cache_manager import cdiv
+from step02_paged import Engine, EngineConfig, KVCacheManager
+from step02_paged.cache_manager import cdiv
 
-from .engine import BridgeEngine, BridgeEngineConfig
+from .prefix_cache import PrefixCache
 
 BLOCK_SIZE = 16
 
@@ -39,11 +40,11 @@ def bench_step05(args: argparse.Namespace) -> dict:
     workload = get_workload(args.workload)
     prompts = workload.prompts(load_tokenizer(args.model))
     blocks = pool_blocks(prompts, args.max_new_tokens, BLOCK_SIZE)
-    on_engines: list[BridgeEngine] = []
+    on_engines: list[Engine] = []
 
-    def make_engine(model, on: bool) -> BridgeEngine:
-        engine = BridgeEngine(model, BridgeEngineConfig(num_blocks=blocks, block_size=BLOCK_SIZE,
-                                                        enable_radix_cache=on))
+    def make_engine(model, on: bool) -> Engine:
+        engine = Engine(model, EngineConfig(num_blocks=blocks, block_size=BLOCK_SIZE),
+                        PrefixCache if on else KVCacheManager)
         if on:
             on_engines.append(engine)
         return engine
@@ -56,10 +57,10 @@ def bench_step05(args: argparse.Namespace) -> dict:
     rounds = [per_request[i: i + size] for i in range(0, len(per_request), size)]
     result.update(hit_rate_per_round=[round(sum(c for *_, c in r) / sum(n for _, n, _ in r), 4) for r in rounds],
                   request_hit_rate_per_round=[round(sum(c > 0 for *_, c in r) / len(r), 3) for r in rounds])
-    result.update(block_size=BLOCK_SIZE, pool_blocks=blocks, tree_nodes=sequential.tree.num_nodes,
-                  tree_tokens=sequential.tree.total_size, cached_blocks=sequential.kv.num_cached_blocks,
+    result.update(block_size=BLOCK_SIZE, pool_blocks=blocks, tree_nodes=sequential.kv.tree.num_nodes,
+                  tree_tokens=sequential.kv.tree.total_size, cached_blocks=sequential.kv.num_cached_blocks,
                   evicted_blocks=sequential.kv.num_evicted,
-                  locks_after=sum(e.tree.protected_size for e in on_engines),
+                  locks_after=sum(e.kv.tree.protected_size for e in on_engines),
                   blocks_leaked=sum(e.kv.block_manager.num_free + e.kv.num_cached_blocks != e.config.num_blocks
                                     for e in on_engines))
     return result
@@ -69,17 +70,17 @@ def bench_step05(args: argparse.Namespace) -> dict:
 def designs(block_sizes: list[int]) -> dict[str, Callable]:
     """name -> engine factory(model, num_blocks at block_size 1): chapter 3's hash and the bridge at each block
     size, and chapter 4's slot tree. Pools hold the same number of tokens."""
-    from step03_prefix_hash import Engine as HashEngine
-    from step03_prefix_hash import EngineConfig as HashConfig
-    from step04_radix import RadixEngine, RadixEngineConfig
+    from step03_prefix_hash import PrefixCachingKVCacheManager
+    from step04_radix import RadixKVCacheManager
+
+    def engine(manager, bs: int) -> Callable:
+        return lambda m, slots: Engine(m, EngineConfig(num_blocks=cdiv(slots, bs), block_size=bs), manager)
 
     out: dict[str, Callable] = {}
     for bs in block_sizes:
-        out[f"hash bs={bs}"] = lambda m, slots, bs=bs: HashEngine(m, HashConfig(num_blocks=cdiv(slots, bs),
-                                                                                  block_size=bs))
-        out[f"bridge bs={bs}"] = lambda m, slots, bs=bs: BridgeEngine(m, BridgeEngineConfig(
-            num_blocks=cdiv(slots, bs), block_size=bs))
-    out["radix (ch. 4)"] = lambda m, slots: RadixEngine(m, RadixEngineConfig(num_blocks=slots))
+        out[f"hash bs={bs}"] = engine(PrefixCachingKVCacheManager, bs)
+        out[f"bridge bs={bs}"] = engine(PrefixCache, bs)
+    out["radix (ch. 4)"] = engine(RadixKVCacheManager, 1)
     return out
 
 
@@ -89,10 +90,10 @@ def bookkeeping_us(engine, prompts: list[list[int]], repeats: int) -> float:
     kv, times = engine.kv, []
     for r in range(repeats):
         for i, p in enumerate(prompts):
-            seq = engine._make_sequence(10_000 + r * len(prompts) + i, p, SamplingParams(max_new_tokens=1))
+            seq = kv.new_sequence(10_000 + r * len(prompts) + i, p, SamplingParams(max_new_tokens=1))
             t0 = time.perf_counter()
-            blocks, hit = kv.get_computed_blocks(seq)
-            assert kv.allocate_slots(seq, seq.num_tokens - hit, blocks, hit)
+            match = kv.get_computed_blocks(seq)
+            assert kv.allocate_slots(seq, seq.num_tokens - match.num_tokens, match)
             seq.num_computed_tokens = seq.num_tokens
             kv.on_computed(seq)
             kv.free(seq)
@@ -130,7 +131,7 @@ def compare(workloads: list[str], block_sizes: list[int], repeats: int = 5) -> l
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m step05_bridge.bench", description=__doc__)
-    p.add_argument("--workloads", nargs="+", default=["short", "long", "seed003", "diverge"])
+    p.add_argument("--workloads", nargs="+", default=["short", "long", "shared_prefix", "diverge"])
     p.add_argument("--block-sizes", nargs="+", type=int, default=[16, 4, 1])
     p.add_argument("--repeats", type=int, default=5, help="warm passes timed for the bookkeeping median")
     args = p.parse_args(argv)

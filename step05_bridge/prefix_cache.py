@@ -1,6 +1,6 @@
-"""PrefixCache: seed 000's bridge between a token-level radix tree and a block-level BlockManager.
+"""PrefixCache: the Pico-vLLM write-up's bridge between a token-level radix tree and a block-level BlockManager.
 
-Three layers, each with one job (seed 000's design):
+Three layers, each with one job:
 
     BlockRadixTree   token granularity: where do prompts share a prefix?   (match_prefix, insert, lock_ref)
          |
@@ -19,74 +19,142 @@ Two reference counts answer two different questions:
 
 It is the inode / hard-link split of a file system: the BlockManager is the inode table (an inode is freed
 at link count 0), the tree is the directory tree (removing a name does not free a file that is open).
-Chapter 4 needed one count because the tree and the slot pool were one owner model; chapter 3 needed one
-because a hash table has no structure to lock. With a separate tree and block manager you need both.
 
-Compared with chapter 4's RadixKVCacheManager, which this class extends, four things change:
-`_share` (a request that shares cached blocks holds references on them), `_insert` (the tree takes its own
-reference on the blocks it adopts), `_use_tree_values` (a request that computed a block the tree already
-had swaps its copy for the tree's) and `cache_finished_req` (a finishing request releases exactly the
-blocks its block table holds — never blocks found by matching again, seed 000's Bug 1).
+Life of a request (chapter 4's, with blocks and a second count):
+1. admission: `get_computed_blocks` matches all but the last token; the tree returns the full blocks on the
+   path, so the match is block-aligned by construction. `allocate_slots` locks the node where the match ends,
+   takes a reference on each shared block, evicts unlocked leaves if the free list is short, allocates the rest;
+2. after each prefill chunk: `cache_unfinished_req` inserts the computed tokens (the tree takes a reference on
+   each block it adopts), swaps any block the request computed twice for the tree's copy, and moves the lock;
+3. finish, abort or preemption: `cache_finished_req` inserts what was computed, then releases exactly the
+   blocks its block table lists — never blocks found by matching its tokens again (the write-up's "release by
+   re-match" mistake) — and unlocks.
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 
-from course.draw import Dot
-from step02_paged.kv_cache_manager import KVCacheManager
-from step04_radix.radix_cache import RadixKVCacheManager, RadixSequence
-from step04_radix.radix_tree import Decode
+from step01_kvcache.generate import SamplingParams
+from step02_paged.block_manager import BlockManager
+from step02_paged.cache_manager import CacheManager, cdiv
+from step02_paged.kv_cache_manager import check_block_tables, table_slot_usage
+from step04_radix.radix_cache import RadixSequence, TreeMatch
 
 from .block_radix_tree import BlockRadixTree
 
 
-class PrefixCache(RadixKVCacheManager):
+class PrefixCache(CacheManager):
     """A BlockRadixTree over a BlockManager of `num_blocks` blocks of `block_size` tokens."""
 
-    tree: BlockRadixTree
-
     def __init__(self, num_blocks: int, block_size: int = 16) -> None:
-        super().__init__(num_blocks, block_size)
+        self.block_size = block_size
+        self.block_manager = BlockManager(num_blocks)
+        self.tree = BlockRadixTree(block_size)
+        self.holders: dict[int, RadixSequence] = {}
+        self.num_evicted = 0  # blocks taken back from the tree under memory pressure
+        # the first admission of each request, (seq_id, prompt tokens, of them cached), for hit rates
+        self.admissions: deque[tuple[int, int, int]] = deque(maxlen=4096)
 
-    def _make_tree(self) -> BlockRadixTree:
-        return BlockRadixTree(self.block_size)
+    def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> RadixSequence:
+        return RadixSequence(seq_id, prompt_ids, params)
 
-    # ---- level 1: the requests' references ----------------------------------------------------------------
-    def _share(self, blocks: list[int]) -> None:
-        """A request that reuses cached blocks holds a reference on each (chapter 2's rule, which chapter 4's
-        single-owner model had switched off)."""
-        # BEGIN SOLUTION task5.share
-        self.block_manager.retain(blocks)
+    # ---- admission ---------------------------------------------------------------------------------------
+    def get_computed_blocks(self, seq: RadixSequence) -> TreeMatch:
+        """The full blocks of the longest cached prefix (all but the last token may match) and the node where
+        the token match ends. Block-aligned by construction: the path to a node at depth d owns d // B blocks."""
+        blocks, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
+        return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
+
+    def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
+        """Room for `num_new_tokens` more tokens, all or nothing. On admission the match's node is locked first
+        (so that the eviction that may follow cannot take it) and the request holds each shared block."""
+        admitting = seq.seq_id not in self.holders
+        hits = list(match.blocks) if match else []
+        self._check_match(seq, admitting, match)
+        bm = self.block_manager
+        # BEGIN SOLUTION task5.admit
+        node = match.node if hits else self.tree.root
+        computed = len(hits) * self.block_size if hits else seq.num_computed_tokens
+        need = max(0, cdiv(computed + num_new_tokens, self.block_size) - len(seq.block_table) - len(hits))
+        if admitting:
+            self.tree.inc_lock_ref(node)
+        if need > bm.num_free:
+            self.evict(need - bm.num_free)
+        if not bm.can_allocate(need):
+            if admitting:
+                self.tree.dec_lock_ref(node)
+            return False
+        if admitting:
+            bm.retain(hits)  # level 1: the request holds the blocks it shares with the tree
+            seq.block_table, seq.num_computed_tokens = hits, computed
+            seq.last_node, seq.cache_protected_len = node, self.tree.depth(node)
+            seq.num_prefill_tokens = seq.num_tokens
+            self.holders[seq.seq_id] = seq
+            if not seq.num_preemptions:  # once per request: a recompute finding its own blocks is no prompt hit
+                seq.num_cached_tokens = computed
+                self.admissions.append((seq.seq_id, seq.num_prompt_tokens, computed))
+        seq.block_table += bm.allocate(need)
+        return True
         # END SOLUTION
 
-    # ---- level 2: the tree's reference ----------------------------------------------------------------------
+    def _check_match(self, seq: RadixSequence, admitting: bool, match: TreeMatch | None) -> None:
+        """Refuse, changing nothing, a match that is not this admission's, or that went stale: between the lookup
+        and this allocation another admission may have evicted the matched node."""
+        if not (match and match.blocks):
+            return
+        if not admitting:
+            raise ValueError(f"sequence {seq.seq_id}: a match is taken only on admission")
+        node, tree = match.node, self.tree
+        if node is None or not tree.contains(node) or tree.prefix_blocks(node) != list(match.blocks) \
+                or tree.prefix_tokens(node) != seq.all_token_ids[: tree.depth(node)]:
+            raise ValueError(f"sequence {seq.seq_id}: stale match, its node was evicted since the lookup; "
+                             "call get_computed_blocks again")
+
+    def evict(self, num: int) -> int:
+        """Free at least `num` blocks from unlocked leaves, least recently used first: the tree drops its
+        reference, and a block of an unlocked node has no other holder, so it is free at once."""
+        freed = self.tree.evict(num, self.block_manager.release)
+        self.num_evicted += freed
+        return freed
+
+    # ---- caching computed tokens -------------------------------------------------------------------------
+    def on_computed(self, seq: RadixSequence) -> None:
+        """After a prefill chunk (not after a decode step) the computed tokens join the tree at once."""
+        if seq.num_computed_tokens <= seq.num_prefill_tokens:
+            self.cache_unfinished_req(seq)
+
     def _insert(self, seq: RadixSequence) -> int:
         """Insert the computed tokens with the full blocks that hold them; the tree takes a reference on each
-        block it adopts (those of the new leaf, the first `cached // block_size` were in the tree already).
+        block it adopts (those of the new leaf: the first `cached // block_size` were in the tree already).
         Returns how many tokens were inserted."""
         # BEGIN SOLUTION task5.insert
         n = seq.num_computed_tokens
         blocks = seq.block_table[: n // self.block_size]
         cached = self.tree.insert(seq.all_token_ids[:n], blocks)
-        self.block_manager.retain(blocks[cached // self.block_size:])
+        self.block_manager.retain(blocks[cached // self.block_size:])  # level 2: the tree's reference
         return n
         # END SOLUTION
 
-    def _use_tree_values(self, seq: RadixSequence, blocks: list[int]) -> None:
-        """Make the block table start with the tree's blocks of the prefix: where the request computed a block
-        the tree already had (two requests prefilled the same prompt at once), it takes a reference on the
-        tree's block and drops its own, which frees it."""
+    def cache_unfinished_req(self, seq: RadixSequence) -> None:
+        """Give the computed prefix to the tree and keep using it through a lock on its last node. Where the
+        request computed a block the tree already had (two requests prefilled the same prompt at once), it
+        takes a reference on the tree's block and drops its own, which frees it."""
+        n = self._insert(seq)
+        blocks, node = self.tree.match_prefix(seq.all_token_ids[:n])
         # BEGIN SOLUTION task5.insert
         own = seq.block_table[: len(blocks)]
-        swap = [i for i, (mine, tree) in enumerate(zip(own, blocks)) if mine != tree]
+        swap = [i for i, (mine, theirs) in enumerate(zip(own, blocks)) if mine != theirs]
         self.block_manager.retain([blocks[i] for i in swap])
         self.block_manager.release([own[i] for i in swap])
         seq.block_table[: len(blocks)] = blocks
         # END SOLUTION
+        self.tree.inc_lock_ref(node)
+        self.tree.dec_lock_ref(seq.last_node)
+        seq.last_node, seq.cache_protected_len = node, n
 
     def cache_finished_req(self, seq: RadixSequence) -> None:
-        """Finish, abort or preemption: cache what was computed, then drop every reference the request holds —
-        the ones in its block table, never blocks found by matching its tokens again (Bug 1) — and unlock."""
+        """Cache what was computed, then drop every reference the request holds — the ones in its block table,
+        never blocks found by matching its tokens again — and unlock."""
         # BEGIN SOLUTION task5.release
         self._insert(seq)
         self.block_manager.release(seq.block_table[::-1])
@@ -94,65 +162,58 @@ class PrefixCache(RadixKVCacheManager):
         seq.block_table, seq.last_node, seq.cache_protected_len = [], None, 0
         # END SOLUTION
 
-    # ---- accounting ---------------------------------------------------------------------------------------
-    def expected_ref_counts(self) -> Counter:
-        """The two-level invariant: one count per block table that lists the block, plus one for the tree."""
-        return KVCacheManager.expected_ref_counts(self) + Counter(self.tree.all_slots())
+    def free(self, seq: RadixSequence) -> None:
+        """Finish, abort or preemption: what the sequence computed stays cached."""
+        if seq.seq_id in self.holders:
+            self.cache_finished_req(seq)
+            del self.holders[seq.seq_id]
 
-    # Peak memory and waste as chapter 2 counts them: the blocks live requests hold, a shared block once.
-    slot_usage = KVCacheManager.slot_usage
+    def reset_cache(self) -> None:
+        """Drop every cached block (nobody may hold a lock): the tree's references are released."""
+        if self.holders or self.tree.protected_size:
+            raise ValueError(f"{len(self.holders)} sequences still use the cache; reset only a drained engine")
+        self.block_manager.release(self.tree.all_blocks())
+        self.tree.reset()
 
-    def _check_ownership(self) -> None:
-        """What two-level counting adds to chapter 4's checks (step02's check already compared every ref_count
-        with `expected_ref_counts`): a request's private blocks are its alone, and a block of an unlocked node
-        is held by the tree alone, so evicting it really frees memory."""
-        ref = self.block_manager.ref_count
-        for seq in self.holders.values():
-            for b in self.private_slots(seq):
-                assert ref[b] == 1, f"sequence {seq.seq_id}: private block {b} has ref_count {ref[b]}, not 1"
-        for node in self.tree.nodes():
-            if node.lock_ref == 0:
-                for b in node.value:
-                    assert ref[b] == 1, f"block {b} of unlocked {node!r} has ref_count {ref[b]}: " \
-                                        "someone uses it without locking its node"
-
+    # ---- accounting --------------------------------------------------------------------------------------
     @property
     def num_cached_blocks(self) -> int:
-        return len(self.tree.all_slots())
+        return len(self.tree.all_blocks())
 
-    # ---- pictures ----------------------------------------------------------------------------------------
-    def _describe(self, seq: RadixSequence) -> str:
-        refs = [self.block_manager.ref_count[b] for b in seq.block_table]
-        shared = self.tree.span(0, seq.cache_protected_len)
-        return (f"seq {seq.seq_id}: locks node #{seq.last_node.id} ({seq.cache_protected_len} tokens in the tree); "
-                f"block_table {seq.block_table[:shared]} from the tree + {seq.block_table[shared:]} its own; "
-                f"ref_counts {refs}")
+    def private_blocks(self, seq: RadixSequence) -> list[int]:
+        """The part of the block table after the tree's full blocks of the locked prefix: the request's own."""
+        return seq.block_table[seq.cache_protected_len // self.block_size:]
 
-    def to_dot(self, decode: Decode | None = None, name: str = "bridge", row: int = 16) -> str:
-        """The three layers in one picture: the tree (edges with their tokens, nodes with their blocks and
-        lock_ref), the live requests (pointing at the node they lock) and the pool, `row` blocks per line, each
-        with its ref_count: grey free, white held by the tree alone, green by one request alone, yellow by
-        two or more holders (the tree and a request, or several requests)."""
-        dot = Dot(name, rankdir="LR", nodesep="0.15", ranksep="0.35")
-        self.tree.draw(dot, decode)
-        for seq in sorted(self.holders.values(), key=lambda s: s.seq_id):
-            dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\nblock_table {seq.block_table}",
-                     shape="note", fillcolor="#e8f0fe")
-            dot.edge(f"seq{seq.seq_id}", f"n{seq.last_node.id}", "last_node", style="dashed", color="#1a73e8")
-        in_tree = set(self.tree.all_slots())
-        colors = {"free": "#cccccc", "tree": "white", "one": "#ceead6", "shared": "#fde293"}
-        cells = []
-        for b in range(self.num_blocks):
-            r = self.block_manager.ref_count[b]
-            users = r - (b in in_tree)  # requests holding the block
-            kind = "free" if r == 0 else "tree" if users == 0 else "one" if r == 1 else "shared"
-            text = "free" if r == 0 else "tree" if users == 0 else f"ref {r}"
-            cells.append(f'<TD PORT="b{b}" BGCOLOR="{colors[kind]}">{b}<BR/>{text}</TD>')
-        table = "".join(f"<TR>{''.join(cells[i:i + row])}</TR>" for i in range(0, self.num_blocks, row))
-        dot.raw(f'"pool" [shape=plaintext, fontsize=9, label=<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0">'
-                f'{table}</TABLE>>];')
-        dot.raw('{ rank=max; "pool"; }')
-        for node in self.tree.nodes():
-            for b in node.value:
-                dot.raw(f'"n{node.id}" -> "pool":b{b} [style=dotted, color="#888888", arrowsize=0.5];')
-        return dot.source()
+    def slot_usage(self) -> tuple[int, int]:
+        """As chapter 2 counts it: the blocks live requests hold, a shared block once."""
+        return table_slot_usage(self.holders.values(), self.block_size)
+
+    def check_invariants(self) -> None:
+        """The tree's; the two-level count (ref_count = block tables listing the block + 1 if the tree holds
+        it); each request's place in the tree; each lock_ref counting the requests under it; a private block
+        is its request's alone, and a block of an unlocked node the tree's alone (evicting it frees memory)."""
+        tree, bm = self.tree, self.block_manager
+        tree.check_invariants()
+        bm.check_invariants()
+        check_block_tables(list(self.holders.values()), bm, self.block_size, Counter(tree.all_blocks()))
+        locks: Counter = Counter()
+        for seq in self.holders.values():
+            node = seq.last_node
+            assert node is not None and tree.contains(node), f"sequence {seq.seq_id} holds no node of the tree"
+            assert seq.cache_protected_len == tree.depth(node), \
+                f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
+            shared = seq.cache_protected_len // self.block_size
+            assert seq.block_table[:shared] == tree.prefix_blocks(node), \
+                f"sequence {seq.seq_id}: block table does not start with the tree's blocks of its prefix"
+            assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
+                f"sequence {seq.seq_id}: its last_node's path is not its own prefix"
+            for b in self.private_blocks(seq):
+                assert bm.ref_count[b] == 1, f"sequence {seq.seq_id}: private block {b} has ref_count {bm.ref_count[b]}"
+            locks.update(n.id for n in tree.path(node))
+        for node in tree.nodes():
+            assert node.lock_ref == locks.get(node.id, 0), \
+                f"{node!r}: lock_ref {node.lock_ref} but {locks.get(node.id, 0)} live requests lock it"
+            if node.lock_ref == 0:
+                for b in node.value:
+                    assert bm.ref_count[b] == 1, f"block {b} of unlocked {node!r} has ref_count {bm.ref_count[b]}: " \
+                                                 "someone uses it without locking its node"

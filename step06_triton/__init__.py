@@ -10,3 +10,7 @@ import torch
 INTERPRETED = not torch.cuda.is_available()
 if INTERPRETED:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from .engine import make_engine  # noqa: E402 - after the interpreter switch, which must precede every kernel
+
+__all__ = ["INTERPRETED", "make_engine"]

@@ -21,8 +21,9 @@ from course.tiny import SMOLLM2_135M, tiny_model
 from step01_kvcache.generate import SamplingParams
 from step01_kvcache.model import Transformer
 from step01_kvcache.rope import RotaryEmbedding
+from step02_paged import Engine, EngineConfig
 from step02_paged.paged_attention import PagedAttention
-from step05_bridge.engine import BridgeEngine, BridgeEngineConfig
+from step05_bridge import PrefixCache
 
 from .cuda_graph import CUDAGraphModel
 from .triton_attention import TritonPagedAttention
@@ -43,10 +44,11 @@ def random_prompts(n: int, lo: int, hi: int, seed: int = 0) -> list[list[int]]:
     return [torch.randint(3, SMOLLM2_135M["vocab_size"], (n_,), generator=g).tolist() for n_ in lengths]
 
 
-def make_engine(model, attention, num_seqs: int, max_len: int) -> BridgeEngine:
-    cfg = BridgeEngineConfig(num_blocks=num_seqs * -(-max_len // 16) + 64, block_size=16, max_num_seqs=num_seqs,
-                             max_num_batched_tokens=4096)
-    return BridgeEngine(model, cfg, attention=attention)
+def make_engine(model, attention, num_seqs: int, max_len: int) -> Engine:
+    """Chapter 5's engine (the bridge, 16-token blocks) with room for every request at once."""
+    cfg = EngineConfig(num_blocks=num_seqs * -(-max_len // 16) + 64, block_size=16, max_num_seqs=num_seqs,
+                       max_num_batched_tokens=4096)
+    return Engine(model, cfg, PrefixCache, attention)
 
 
 def run_ours(model: Transformer, prompts, new_tokens: int, backend: str) -> tuple[list[list[int]], dict]:

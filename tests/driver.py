@@ -6,32 +6,22 @@ import random
 from step01_kvcache.generate import SamplingParams, generate
 
 
-def drive_checked(engine, prompts, params) -> list:
-    """Add all prompts, step until drained with `check_invariants()` after each step; outputs in prompt order."""
-    ids = [engine.add_request(p, params) for p in prompts]
+def drive_to_end(engine, prompts=(), params: SamplingParams | list[SamplingParams] = SamplingParams(),
+                 **options) -> list:
+    """Add `prompts` (each with `options`, e.g. a cache salt), then step until the engine is drained, with
+    `check_invariants()` after every step — the engine's own check says what a drained engine may still hold.
+    Returns every output that finished on the way, in seq_id order (so the new prompts' outputs, in their
+    order, when the engine started drained)."""
+    plist = params if isinstance(params, list) else [params] * len(prompts)
+    for p, sp in zip(prompts, plist, strict=True):
+        engine.add_request(p, sp, **options)
     done = {}
     while engine.has_unfinished():
         for out in engine.step():
             done[out.seq_id] = out
         engine.check_invariants()
-    return [done[i] for i in ids]
-
-
-def check_drained(engine) -> None:
-    """After the drain every block is free, or (chapters 4 and 5) cached by the tree with no lock left."""
-    tree = getattr(engine, "tree", None)
-    if tree is None:
-        assert engine.kv.block_manager.num_free == engine.config.num_blocks, "a drained engine leaked blocks"
-        return
-    assert tree.protected_size == 0 and all(n.lock_ref == 0 for n in tree.nodes()), "a lock outlived its request"
-    assert engine.kv.block_manager.num_free + len(tree.all_slots()) == engine.config.num_blocks, "leaked blocks"
-
-
-def run_drained(engine, prompts, params) -> list:
-    """`drive_checked`, then `check_drained`."""
-    outs = drive_checked(engine, prompts, params)
-    check_drained(engine)
-    return outs
+    engine.check_invariants()
+    return [done[i] for i in sorted(done)]
 
 
 def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
@@ -47,23 +37,14 @@ def with_reference(model, prompts: list[list[int]], new_tokens: int):
     return prompts, params, [generate(model, p, params) for p in prompts]
 
 
-def drive_to_end(engine) -> dict:
-    """Step until drained, `check_invariants()` after each step; the finished outputs by seq_id."""
-    outs = {}
-    while engine.has_unfinished():
-        outs.update((o.seq_id, o) for o in engine.step())
-        engine.check_invariants()
-    return outs
-
-
 def peak_blocks_off_and_on(make_engine, prompts, params) -> dict[bool, int]:
     """Peak blocks held while `prompts` run together, cache off and on, after one of them warmed the cache."""
     peaks = {}
     for on in (False, True):
         engine = make_engine(on)
-        run_drained(engine, prompts[:1], params)
+        drive_to_end(engine, prompts[:1], params)
         engine.stats.peak_blocks = 0
-        run_drained(engine, prompts, params)
+        drive_to_end(engine, prompts, params)
         peaks[on] = engine.stats.peak_blocks
     return peaks
 
@@ -72,7 +53,7 @@ def run_twice_under_pressure(engine, reference) -> list:
     """Two rounds of the reference prompts on a small pool: answers must equal step01's both times."""
     prompts, params, expected = reference
     for _ in range(2):
-        outs = run_drained(engine, prompts, params)
+        outs = drive_to_end(engine, prompts, params)
         assert [o.output_ids for o in outs] == expected
     assert engine.kv.num_evicted > 0, "the pool was meant to be too small to keep everything cached"
     return outs

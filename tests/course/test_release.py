@@ -154,7 +154,11 @@ def real_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # Chapter 5's `_share` and `cache_finished_req` are calls that chapter 2's `KVCacheManager` and chapter 4's
 # `RadixCache` make in public code; chapter 5's tasks are being reworked so that they are not.
-KNOWN_LEAKS = {"task5.share", "task5.release"}
+# Chapter 5 repeats chapter 4's admission and release at block granularity, on purpose (its manager reads top to
+# bottom in one file), so most lines of these two task bodies stand in chapter 4's public code. Only their new
+# lines (the block-granular need, the request's level-1 `retain`) are the student's. Reworking them into tasks
+# about the bridge alone is open work; until then the leak is reported, not hidden.
+KNOWN_LEAKS = {"task5.admit", "task5.release"}
 TASKS = [(c, t) for c in hw.chapters() for t in hw.find_tasks(c)]
 
 

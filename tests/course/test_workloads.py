@@ -28,7 +28,7 @@ def test_every_workload_builds(name):
 
 
 def test_bad_name_lists_valid_names():
-    with pytest.raises(ValueError, match="short.*long.*seed003"):
+    with pytest.raises(ValueError, match="short.*long.*shared_prefix"):
         get_workload("nope")
 
 
@@ -61,8 +61,8 @@ def test_long(tokenizer):
 
 
 @pytest.mark.slow
-def test_seed003(tokenizer):
-    w = get_workload("seed003")
+def test_shared_prefix(tokenizer):
+    w = get_workload("shared_prefix")
     prompts = w.prompts(tokenizer)
     assert len(prompts) == 10 and w.rounds == 2
     assert shared_prefix_len(prompts) >= 100

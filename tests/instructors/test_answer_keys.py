@@ -154,9 +154,10 @@ def test_step02_q7_seat_steps():
 
 
 def test_step03_q2_a_repeated_32_token_prompt():
-    from step03_prefix_hash.engine import Engine, EngineConfig
+    from step02_paged import Engine, EngineConfig
+    from step03_prefix_hash import PrefixCachingKVCacheManager
 
-    engine = Engine(tiny_model(seed=0), EngineConfig(num_blocks=64, block_size=16))
+    engine = Engine(tiny_model(seed=0), EngineConfig(num_blocks=64, block_size=16), PrefixCachingKVCacheManager)
     prompt = list(range(10, 42))
     hits = []
     for _ in range(2):
@@ -169,10 +170,12 @@ def test_step03_q2_a_repeated_32_token_prompt():
 
 
 def test_step03_q4_eight_requests_with_one_new_prefix():
-    from step03_prefix_hash.engine import Engine, EngineConfig
+    from step02_paged import Engine, EngineConfig
+    from step03_prefix_hash import PrefixCachingKVCacheManager
 
     model = tiny_model(seed=0, max_position_embeddings=2048)
-    engine = Engine(model, EngineConfig(num_blocks=1024, block_size=16, max_num_seqs=8, max_num_batched_tokens=8192))
+    engine = Engine(model, EngineConfig(num_blocks=1024, block_size=16, max_num_seqs=8, max_num_batched_tokens=8192),
+                    PrefixCachingKVCacheManager)
     prefix = [(7 * i) % 250 + 1 for i in range(1000)]
     ids = [engine.add_request(prefix + [i + 1], SamplingParams(max_new_tokens=2, **GREEDY)) for i in range(8)]
     engine.step()  # all eight admitted and prefilled in one step
@@ -233,16 +236,15 @@ def test_step05_q1_split_deep_in_the_tree():
 
 
 def test_step05_q7_references_at_block_size_one():
-    from step04_radix.engine import RadixEngine, RadixEngineConfig
-    from step05_bridge.engine import BridgeEngine, BridgeEngineConfig
+    from step02_paged import Engine, EngineConfig
+    from step04_radix import RadixKVCacheManager
+    from step05_bridge import PrefixCache
 
     model = tiny_model(seed=0, max_position_embeddings=4096)
     prompt = [(3 * i) % 250 + 1 for i in range(2000)]
     counts = {}
-    for make in (lambda: BridgeEngine(model, BridgeEngineConfig(num_blocks=4096, block_size=1,
-                                                                max_num_batched_tokens=4096)),
-                 lambda: RadixEngine(model, RadixEngineConfig(num_blocks=4096, max_num_batched_tokens=4096))):
-        engine = make()
+    for manager in (PrefixCache, RadixKVCacheManager):
+        engine = Engine(model, EngineConfig(num_blocks=4096, block_size=1, max_num_batched_tokens=4096), manager)
         engine.add_request(prompt, SamplingParams(max_new_tokens=1, **GREEDY))
         while engine.has_unfinished():
             engine.step()
@@ -252,10 +254,10 @@ def test_step05_q7_references_at_block_size_one():
         assert all(s.num_cached_tokens == len(prompt) for s in seqs)
         shared = seqs[0].block_table[: len(prompt)]
         refs = sum(engine.kv.block_manager.ref_count[b] for b in shared)
-        _, shared_node = engine.tree.match_prefix(prompt)  # where the eight requests' common prefix ends
-        counts[type(engine).__name__] = (refs, shared_node.lock_ref)
-    bridge_refs, _ = counts["BridgeEngine"]
-    _, radix_locks = counts["RadixEngine"]
+        _, shared_node = engine.kv.tree.match_prefix(prompt)  # where the eight requests' common prefix ends
+        counts[manager.__name__] = (refs, shared_node.lock_ref)
+    bridge_refs, _ = counts["PrefixCache"]
+    _, radix_locks = counts["RadixKVCacheManager"]
     assert bridge_refs == len(prompt) * 9
     says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}")
 

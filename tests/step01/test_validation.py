@@ -1,6 +1,7 @@
 """Bad input raises ValueError with a message that says what to do — before any work is done."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +17,9 @@ from step01_kvcache.generate import SamplingParams, generate
     (torch.tensor([[1, 2]]), "1-D"),
     (torch.tensor([1.0, 2.0]), "integer"),
     ([1.0, 2.0], "ints"),
+    ([1, True], "ints"),
+    ([False], "ints"),
+    ([np.bool_(True)], "ints"),
 ])
 def test_bad_prompts(tiny, prompt, match):
     with pytest.raises(ValueError, match=match):
@@ -31,6 +35,14 @@ def test_prompt_plus_new_tokens_beyond_max_length(tiny):
 def test_int_tensor_prompt_is_accepted(tiny):
     assert generate(tiny, torch.tensor([1, 2, 3]), SamplingParams(max_new_tokens=2)) == \
         generate(tiny, [1, 2, 3], SamplingParams(max_new_tokens=2))
+
+
+def test_numpy_integer_token_ids_are_accepted(tiny):
+    """Token ids straight from a tokenizer's numpy arrays (np.int64, np.int32) are ints."""
+    params = SamplingParams(max_new_tokens=2)
+    expected = generate(tiny, [1, 2, 3], params)
+    assert generate(tiny, np.array([1, 2, 3]), params) == expected
+    assert generate(tiny, [np.int32(1), np.int64(2), 3], params) == expected
 
 
 @pytest.mark.parametrize("overrides,match", [

@@ -1,4 +1,4 @@
-"""The chapter's pictures: `KVCacheManager.to_dot()` (block tables -> pool blocks) and `occupancy_map()`.
+"""The chapter's pictures (pictures.py): `block_tables_dot(kv)` (block tables -> pool blocks) and `occupancy_map(kv)`.
 
 Both are plain text built without graphviz, so they can be compared as strings: the same state must give
 the same text, every pool block must appear with its reference count, and every block-table cell must
@@ -15,7 +15,8 @@ import pytest
 from course import draw
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
-from step02_paged import Engine, EngineConfig, KVCacheManager, Sequence
+from step02_paged import Engine, EngineConfig, KVCacheManager, PrefixMatch, Sequence
+from step02_paged.pictures import block_tables_dot, occupancy_map
 
 MODEL = tiny_model(seed=3, num_layers=1, hidden_size=32, intermediate_size=32, head_dim=8)
 PROMPT_LENS = (3, 9, 14)
@@ -59,7 +60,7 @@ def shared_setup() -> tuple[KVCacheManager, Sequence, Sequence]:
     assert kv.allocate_slots(a, 8)
     a.num_computed_tokens = 8
     b = Sequence(1, list(range(4)) + [50, 51], SamplingParams())
-    assert kv.allocate_slots(b, 2, computed_blocks=a.block_table[:1], num_computed_tokens=4)
+    assert kv.allocate_slots(b, 2, PrefixMatch(tuple(a.block_table[:1]), 4))
     b.num_computed_tokens = 6
     kv.check_invariants()
     return kv, a, b
@@ -67,19 +68,19 @@ def shared_setup() -> tuple[KVCacheManager, Sequence, Sequence]:
 
 def test_to_dot_is_deterministic():
     first, second = engine_after(3), engine_after(3)
-    assert first.kv.to_dot() == second.kv.to_dot()
-    assert first.kv.to_dot() == first.kv.to_dot(), "drawing changed the state"
+    assert block_tables_dot(first.kv) == block_tables_dot(second.kv)
+    assert block_tables_dot(first.kv) == block_tables_dot(first.kv), "drawing changed the state"
     # the order in which sequences became holders is not part of the state
-    text = first.kv.to_dot()
+    text = block_tables_dot(first.kv)
     first.kv.holders = dict(reversed(list(first.kv.holders.items())))
-    assert first.kv.to_dot() == text
-    assert engine_after(4).kv.to_dot() != text, "the picture did not change with the state"
+    assert block_tables_dot(first.kv) == text
+    assert block_tables_dot(engine_after(4).kv) != text, "the picture did not change with the state"
 
 
 @pytest.mark.parametrize("steps", [0, 1, 3, 6])
 def test_every_block_is_drawn_with_its_ref_count(steps):
     kv = engine_after(steps).kv
-    nodes = block_nodes(kv.to_dot())
+    nodes = block_nodes(block_tables_dot(kv))
     assert sorted(nodes) == list(range(kv.num_blocks)), "every pool block, free or not, is one node"
     bm = kv.block_manager
     for b, attrs in nodes.items():
@@ -93,7 +94,7 @@ def test_every_block_is_drawn_with_its_ref_count(steps):
 @pytest.mark.parametrize("steps", [1, 2, 4])
 def test_each_table_cell_points_at_its_block(steps):
     kv = engine_after(steps).kv
-    dot = kv.to_dot()
+    dot = block_tables_dot(kv)
     expected = sorted((s.seq_id, i, b) for s in kv.holders.values() for i, b in enumerate(s.block_table))
     assert expected, "the setup should have sequences holding blocks"
     assert sorted(edges(dot)) == expected
@@ -107,23 +108,23 @@ def test_shared_block_has_two_edges_and_ref_count_two():
     kv, a, b = shared_setup()
     shared = a.block_table[0]
     assert b.block_table[0] == shared and kv.block_manager.ref_count[shared] == 2
-    dot = kv.to_dot()
+    dot = block_tables_dot(kv)
     assert (0, 0, shared) in edges(dot) and (1, 0, shared) in edges(dot)
     nodes = block_nodes(dot)
     assert "ref 2" in nodes[shared]
     single = a.block_table[1]
     assert "ref 1" in nodes[single] and fill(nodes[shared]) != fill(nodes[single]), "shared blocks stand out"
-    occ = kv.occupancy_map()
+    occ = occupancy_map(kv)
     assert occ[shared] == "*" and occ[single] == "0" and occ[b.block_table[1]] == "1"
 
     kv.free(b)  # the last holder but one lets go: the block stays, its count drops
     kv.check_invariants()
-    nodes = block_nodes(kv.to_dot())
-    assert "ref 1" in nodes[shared] and kv.occupancy_map()[shared] == "0"
+    nodes = block_nodes(block_tables_dot(kv))
+    assert "ref 1" in nodes[shared] and occupancy_map(kv)[shared] == "0"
 
 
 def test_to_dot_needs_no_dot_binary(monkeypatch):
-    reference = engine_after(2).kv.to_dot()
+    reference = block_tables_dot(engine_after(2).kv)
 
     def refuse(*args, **kwargs):
         raise AssertionError("to_dot must not run a subprocess")
@@ -131,7 +132,7 @@ def test_to_dot_needs_no_dot_binary(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(subprocess, "run", refuse)
     kv = engine_after(2).kv
-    assert kv.to_dot() == reference
+    assert block_tables_dot(kv) == reference
     assert draw.render_svg(reference) is None
     shown = draw.show(reference)  # the notebook fallback: the DOT text itself
     assert reference in shown.data
@@ -140,14 +141,14 @@ def test_to_dot_needs_no_dot_binary(monkeypatch):
 @pytest.mark.skipif(not draw.has_dot(), reason="graphviz `dot` not installed")
 def test_dot_source_is_valid_graphviz():
     kv, _, _ = shared_setup()
-    for source in (engine_after(3).kv.to_dot(), kv.to_dot(), engine_after(0).kv.to_dot()):
+    for source in (block_tables_dot(engine_after(3).kv), block_tables_dot(kv), block_tables_dot(engine_after(0).kv)):
         assert "<svg" in draw.render_svg(source)
 
 
 @pytest.mark.parametrize("steps", [0, 1, 3, 5])
 def test_occupancy_map_has_one_char_per_block(steps):
     kv = engine_after(steps).kv
-    occ = kv.occupancy_map()
+    occ = occupancy_map(kv)
     assert len(occ) == kv.num_blocks
     free = set(kv.block_manager.free_blocks)
     assert {i for i, c in enumerate(occ) if c == "."} == free
@@ -161,6 +162,6 @@ def test_drained_engine_draws_an_empty_pool():
     while engine.has_unfinished():
         engine.step()
     kv = engine.kv
-    assert kv.occupancy_map() == "." * kv.num_blocks
-    dot = kv.to_dot()
+    assert occupancy_map(kv) == "." * kv.num_blocks
+    dot = block_tables_dot(kv)
     assert edges(dot) == [] and all("ref 0" in attrs for attrs in block_nodes(dot).values())

@@ -8,8 +8,7 @@ import pytest
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import Engine, EngineConfig
-from tests.driver import run_drained as run_checked
-from tests.driver import with_reference
+from tests.driver import drive_to_end, with_reference
 
 
 def ragged_prompts(n: int, seed: int, lo: int = 1, hi: int = 200) -> list[list[int]]:
@@ -37,7 +36,7 @@ def test_engine_matches_step01(model, reference, block_size, chunked):
     prompts, params, expected = reference
     cfg = EngineConfig(num_blocks=2048 // block_size, block_size=block_size, max_num_seqs=4,
                        max_num_batched_tokens=48 if chunked else 256, enable_chunked_prefill=chunked)
-    outs = run_checked(Engine(model, cfg), prompts, params)
+    outs = drive_to_end(Engine(model, cfg), prompts, params)
     assert [o.output_ids for o in outs] == expected
 
 
@@ -47,7 +46,7 @@ def test_small_pool_forces_preemption_without_changing_tokens(model, reference, 
     prompts, params, expected = reference
     need = max(-(-(len(p) + 10) // block_size) for p in prompts)
     cfg = EngineConfig(num_blocks=need + 2, block_size=block_size, max_num_seqs=8, max_num_batched_tokens=64)
-    outs = run_checked(Engine(model, cfg), prompts, params)
+    outs = drive_to_end(Engine(model, cfg), prompts, params)
     assert [o.output_ids for o in outs] == expected
     assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to be too small for the batch"
 

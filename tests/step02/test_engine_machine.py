@@ -12,9 +12,6 @@ class PagedEngineMachine(EngineMachine):
     def make_engine(self):
         return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10))
 
-    def check_drained(self):
-        assert self.engine.kv.block_manager.num_free == 12, "a drained engine must return every block"
-
 
 TestPagedEngineMachine = PagedEngineMachine.TestCase
 TestPagedEngineMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

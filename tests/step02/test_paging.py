@@ -1,4 +1,5 @@
-"""Slot mapping, store, gather and paged attention against plain Python loops and contiguous attention."""
+"""Slot mapping, store, gather and paged attention against plain Python loops (the mini-vllm tutorial's
+unoptimized code) and contiguous attention."""
 from __future__ import annotations
 
 import pytest

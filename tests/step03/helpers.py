@@ -1,10 +1,11 @@
-"""Shared helpers for chapter 3's tests: hashed sequences driven by hand, and a checked engine run."""
+"""Shared helpers for chapter 3's tests: hashed sequences driven by hand, and the prefix-caching engine."""
 from __future__ import annotations
 
 import random
 
 from step01_kvcache.generate import SamplingParams
-from step03_prefix_hash import Engine, HashedSequence, PrefixCachingKVCacheManager
+from step02_paged import Engine, EngineConfig
+from step03_prefix_hash import HashedSequence, PrefixCachingKVCacheManager
 
 
 def hseq(seq_id: int, tokens: list[int], block_size: int = 4, salt: str | None = None) -> HashedSequence:
@@ -14,9 +15,9 @@ def hseq(seq_id: int, tokens: list[int], block_size: int = 4, salt: str | None =
 
 def admit(kv: PrefixCachingKVCacheManager, seq: HashedSequence) -> int:
     """What the scheduler does on admission: look up, then allocate the rest of the prompt. Returns hit tokens."""
-    blocks, hit = kv.get_computed_blocks(seq)
-    assert kv.allocate_slots(seq, seq.num_tokens - hit, blocks, hit), "the pool was meant to be large enough"
-    return hit
+    match = kv.get_computed_blocks(seq)
+    assert kv.allocate_slots(seq, seq.num_tokens - match.num_tokens, match), "the pool was meant to be large enough"
+    return match.num_tokens
 
 
 def compute(kv: PrefixCachingKVCacheManager, seq: HashedSequence, upto: int | None = None) -> None:
@@ -53,24 +54,6 @@ def shared_prefix_prompts(n: int, seed: int, block_size: int = 4, vocab: int = 2
     return prompts
 
 
-def run_checked(engine: Engine, prompts, params, salts=None) -> list:
-    """Drive the engine step by step with invariants after every step; then it must hold no block: every block
-    in the free queue with ref count 0 (cached ones included)."""
-    salts = salts or [None] * len(prompts)
-    ps = params if isinstance(params, list) else [params] * len(prompts)
-    ids = [engine.add_request(p, sp, cache_salt=s) for p, sp, s in zip(prompts, ps, salts)]
-    done = {}
-    while engine.has_unfinished():
-        for out in engine.step():
-            done[out.seq_id] = out
-        engine.check_invariants()
-    assert_drained(engine)
-    return [done[i] for i in ids]
-
-
-def assert_drained(engine: Engine) -> None:
-    bm = engine.kv.block_manager
-    assert not engine.kv.holders
-    assert all(c == 0 for c in bm.ref_count), "a drained engine still holds blocks"
-    assert sorted(bm.free_blocks) == list(range(engine.config.num_blocks)), "a block is missing from the free queue"
-    engine.check_invariants()
+def cached_engine(model, **config) -> Engine:
+    """Chapter 2's engine with this chapter's cache manager."""
+    return Engine(model, EngineConfig(**config), PrefixCachingKVCacheManager)

@@ -8,10 +8,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from step03_prefix_hash import Engine, EngineConfig
 from tests.machines import MODEL, STEMS, EngineMachine
 
-from .helpers import assert_drained, snapshot
+from .helpers import cached_engine, snapshot
 
 
 class PrefixEngineMachine(EngineMachine):
@@ -20,7 +19,7 @@ class PrefixEngineMachine(EngineMachine):
         self.history: list[tuple[int, ...]] = []
 
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10))
+        return cached_engine(MODEL, num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10)
 
     def submit(self, prompt, new, salt=None):
         super().submit(prompt, new, cache_salt=salt)
@@ -45,14 +44,11 @@ class PrefixEngineMachine(EngineMachine):
         if self.engine.kv.holders:
             before = snapshot(self.engine.kv)
             with pytest.raises(RuntimeError):
-                self.engine.reset_prefix_cache()
+                self.engine.kv.reset()
             assert snapshot(self.engine.kv) == before
         else:
-            self.engine.reset_prefix_cache()
+            self.engine.kv.reset()
             assert self.engine.kv.block_manager.num_cached == 0
-
-    def check_drained(self):
-        assert_drained(self.engine)
 
 
 TestPrefixEngineMachine = PrefixEngineMachine.TestCase

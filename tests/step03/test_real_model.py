@@ -1,35 +1,34 @@
-"""On the real SmolLM2: the seed003 scenario, and the demo's answer equal to step01's."""
+"""On the real SmolLM2: the mini-vllm tutorial's shared-prefix scenario, and the demo's answer equal to step01's."""
 from __future__ import annotations
 
 import pytest
 
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
-from step03_prefix_hash import Engine, EngineConfig
-from tests.driver import demo_answer_matches_step01
+from step02_paged import Engine, EngineConfig
+from tests.driver import demo_answer_matches_step01, drive_to_end
 
-from .helpers import assert_drained, run_checked
+from .helpers import cached_engine
 
 
 @pytest.mark.slow
-def test_seed003_round1_90_percent_round2_100_percent_identical_and_clean(real_model, tokenizer):
-    """Seed 003's expected run: 10 requests behind one shared prefix, twice. A request hits when it reuses
+def test_shared_prefix_round1_90_percent_round2_100_percent_identical_and_clean(real_model, tokenizer):
+    """The mini-vllm tutorial's expected run: 10 requests behind one shared prefix, twice. A request hits when it reuses
     cached blocks: round 1, all but the first (9/10); round 2, all (10/10), each up to its last full block
     before the final token. Outputs equal the cache-off engine's; afterwards every ref count is 0 and
     every block is back in the free queue."""
-    prompts = get_workload("seed003").prompts(tokenizer)
+    prompts = get_workload("shared_prefix").prompts(tokenizer)
     params = SamplingParams(max_new_tokens=4)
     cfg = EngineConfig(num_blocks=160, block_size=16)
-    engine = Engine(real_model, cfg)
-    rounds = [[run_checked(engine, [p], params)[0] for p in prompts] for _ in range(2)]
+    engine = cached_engine(real_model, num_blocks=160, block_size=16)
+    rounds = [[drive_to_end(engine, [p], params)[0] for p in prompts] for _ in range(2)]
     hits = [sum(o.num_cached_tokens > 0 for o in r) / len(r) for r in rounds]
     assert hits == [0.9, 1.0]
     shared = 437 // 16 * 16  # the workload's shared prefix, in whole blocks
     assert [o.num_cached_tokens for o in rounds[0]] == [0] + [shared] * 9
     assert [o.num_cached_tokens for o in rounds[1]] == [(len(p) - 1) // 16 * 16 for p in prompts]
-    off = Engine(real_model, cfg, prefix_caching=False).generate(prompts, params)
+    off = Engine(real_model, cfg).generate(prompts, params)
     assert [o.output_ids for o in rounds[0]] == [o.output_ids for o in rounds[1]] == [o.output_ids for o in off]
-    assert_drained(engine)
     assert engine.kv.stats.hit_requests == 19
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from step02_paged import PrefixMatch
 from step03_prefix_hash import PrefixCachingKVCacheManager
+from step03_prefix_hash.pictures import hash_tree_dot, hash_tree_text
 
 from .helpers import admit, compute, hseq, prefilled, snapshot
 
@@ -52,7 +54,7 @@ def test_blocks_are_published_only_once_computed():
     admit(kv, a)
     compute(kv, a, upto=6)  # a first prefill chunk: one full block computed
     assert kv.block_manager.num_cached == 1
-    assert kv.get_computed_blocks(hseq(1, list(range(12))))[1] == 4
+    assert kv.get_computed_blocks(hseq(1, list(range(12)))).num_tokens == 4
     compute(kv, a, upto=12)
     assert kv.block_manager.num_cached == 3
     kv.check_invariants()
@@ -81,9 +83,9 @@ def test_full_hit_prompt_still_computes_its_last_token():
     prefilled(kv, 0, list(range(8)))
     assert kv.block_manager.num_cached == 2
     same = hseq(1, list(range(8)))
-    blocks, hit = kv.get_computed_blocks(same)
-    assert hit == 4 and len(blocks) == 1, "8 cached tokens, but at most 7 may hit: whole blocks only -> 4"
-    assert kv.get_computed_blocks(hseq(2, list(range(9))))[1] == 8, "one more token: both blocks hit"
+    match = kv.get_computed_blocks(same)
+    assert match.num_tokens == 4 and len(match.blocks) == 1, "8 cached, at most 7 may hit: whole blocks only -> 4"
+    assert kv.get_computed_blocks(hseq(2, list(range(9)))).num_tokens == 8, "one more token: both blocks hit"
     admit(kv, same)
     assert same.num_pending_tokens == 4
     kv.check_invariants()
@@ -94,16 +96,16 @@ def test_lookup_stops_at_the_first_miss():
     kv = kv_with()
     a = prefilled(kv, 0, list(range(12)))
     b = hseq(1, [0, 1, 2, 3, 99, 5, 6, 7, 8, 9, 10, 11, 12])  # block 1 differs, so block 2 differs too
-    assert kv.get_computed_blocks(b) == ([a.block_table[0]], 4)
+    assert kv.get_computed_blocks(b) == PrefixMatch((a.block_table[0],), 4)
 
 
 @pytest.mark.task("task3.lookup")
 def test_other_salt_never_hits():
     kv = kv_with()
     prefilled(kv, 0, list(range(9)), salt="alice")
-    assert kv.get_computed_blocks(hseq(1, list(range(9)), salt="bob"))[1] == 0
-    assert kv.get_computed_blocks(hseq(2, list(range(9))))[1] == 0
-    assert kv.get_computed_blocks(hseq(3, list(range(9)), salt="alice"))[1] == 8
+    assert kv.get_computed_blocks(hseq(1, list(range(9)), salt="bob")).num_tokens == 0
+    assert kv.get_computed_blocks(hseq(2, list(range(9)))).num_tokens == 0
+    assert kv.get_computed_blocks(hseq(3, list(range(9)), salt="alice")).num_tokens == 8
 
 
 @pytest.mark.task("task3.lookup")
@@ -148,10 +150,10 @@ def test_failed_allocation_leaves_ref_counts_unchanged():
     held = hseq(1, [200])
     admit(kv, held)  # takes block 3, the front of the queue [3, 2, 1, 0]: 3 blocks stay free
     b = hseq(2, list(range(8)) + list(range(50, 58)))  # 2 hits + 2 new blocks: needs 4, only 3 free
-    blocks, hit = kv.get_computed_blocks(b)
-    assert hit == 8
+    match = kv.get_computed_blocks(b)
+    assert match.num_tokens == 8
     before = snapshot(kv)
-    assert not kv.allocate_slots(b, b.num_tokens - hit, blocks, hit)
+    assert not kv.allocate_slots(b, b.num_tokens - match.num_tokens, match)
     assert snapshot(kv) == before and b.block_table == [] and b.num_computed_tokens == 0
     kv.check_invariants()
 
@@ -165,14 +167,8 @@ def test_reset_only_when_idle():
     assert snapshot(kv) == before
     kv.free(a)
     assert kv.reset() == 2
-    assert kv.get_computed_blocks(hseq(1, list(range(9)))) == ([], 0)
+    assert kv.get_computed_blocks(hseq(1, list(range(9)))) == PrefixMatch()
     kv.check_invariants()
-
-
-def test_cache_off_finds_nothing_and_publishes_nothing():
-    kv = PrefixCachingKVCacheManager(8, BS, enable_caching=False)
-    prefilled(kv, 0, list(range(9)))
-    assert kv.block_manager.num_cached == 0 and kv.get_computed_blocks(hseq(1, list(range(9)))) == ([], 0)
 
 
 def test_block_size_mismatch_is_refused():
@@ -191,6 +187,19 @@ def test_stats_count_each_request_once():
     st = kv.stats
     assert (st.requests, st.hit_requests, st.queried_tokens, st.hit_tokens) == (3, 2, 27, 16)
     assert [r[2] for r in st.recent] == [0, 8, 8]
+
+
+def test_a_preempted_request_is_counted_once():
+    """Re-admitted after a preemption, a request finds its own computed blocks: that is no prompt hit, and the
+    request is not a second query."""
+    kv = kv_with()
+    prefilled(kv, 0, list(range(9)))
+    s = hseq(1, list(range(9)))
+    assert admit(kv, s) == 8
+    kv.free(s)  # what the scheduler's preemption does
+    s.num_computed_tokens, s.num_preemptions = 0, 1
+    admit(kv, s)
+    assert (kv.stats.requests, kv.stats.hit_tokens, s.num_cached_tokens) == (2, 8, 8)
 
 
 def test_invariants_catch_a_block_at_the_wrong_position():
@@ -220,5 +229,5 @@ def test_a_duplicate_parent_can_leave_an_unreachable_orphan():
     kv.check_invariants()
     taken = bm.allocate(list(bm.free_blocks).index(a0) + 1)  # the allocator reaches a's first block
     assert a0 in taken and bm.entries[b1] is not None
-    assert kv.get_computed_blocks(hseq(2, [1, 1, 1, 1, 2, 2, 2, 2, 9])) == ([], 0), "cached, yet unreachable"
-    assert "(parent evicted) block" in kv.to_text() and "evicted" in kv.to_dot()
+    assert kv.get_computed_blocks(hseq(2, [1, 1, 1, 1, 2, 2, 2, 2, 9])) == PrefixMatch(), "cached, yet unreachable"
+    assert "(parent evicted) block" in hash_tree_text(kv) and "evicted" in hash_tree_dot(kv)

@@ -17,7 +17,7 @@ def test_bookkeeping_bench_reports_every_part():
     assert r["bookkeeping_tokens"] == 310
     parts = [r[f"bookkeeping_{k}_us"] for k in ("match", "lock", "insert", "unlock")]
     assert all(p > 0 for p in parts) and r["bookkeeping_us_median"] > 0
-    assert r["bookkeeping_goal_us"] == 100.0 and isinstance(r["bookkeeping_within_goal"], bool)
+    assert r["bookkeeping_budget_us"] == 100.0 and isinstance(r["bookkeeping_within_budget"], bool)
 
 
 def test_side_by_side_skips_chapter3_with_a_message(monkeypatch):

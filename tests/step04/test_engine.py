@@ -8,8 +8,9 @@ import pytest
 from course.tiny import tiny_model
 from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
-from step02_paged import EngineConfig, KVCacheManager
-from step04_radix import RadixEngine, RadixEngineConfig, RadixKVCacheManager
+from step02_paged import Engine, EngineConfig, KVCacheManager
+from step04_radix import RadixKVCacheManager
+from step04_radix.pictures import cache_dot, occupancy_map
 from tests.driver import (
     demo_answer_matches_step01,
     drive_to_end,
@@ -18,7 +19,6 @@ from tests.driver import (
     shared_prompts,
     with_reference,
 )
-from tests.driver import run_drained as run_checked
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,11 @@ def reference(model):
     return with_reference(model, shared_prompts(8, seed=1) + [[3], [3, 4]], new_tokens=8)
 
 
-def config(**kw) -> RadixEngineConfig:
-    return RadixEngineConfig(**{"num_blocks": 4096, "max_num_seqs": 4, "max_num_batched_tokens": 32, **kw})
+def radix_engine(model, on: bool = True, **kw) -> Engine:
+    """Chapter 2's engine on one-token slots, with the radix cache (or, off, chapter 2's manager)."""
+    config = EngineConfig(**{"num_blocks": 4096, "block_size": 1, "max_num_seqs": 4, "max_num_batched_tokens": 32,
+                             **kw})
+    return Engine(model, config, RadixKVCacheManager if on else KVCacheManager)
 
 
 TREE_TASKS = [pytest.mark.task("task4.match"), pytest.mark.task("task4.insert"), pytest.mark.task("task4.lock")]
@@ -42,10 +45,10 @@ TREE_TASKS = [pytest.mark.task("task4.match"), pytest.mark.task("task4.insert"),
 @pytest.mark.parametrize("chunked", [True, False])
 def test_cache_on_and_off_match_step01_twice(model, reference, on, chunked):
     prompts, params, expected = reference
-    engine = RadixEngine(model, config(enable_radix_cache=on, enable_chunked_prefill=chunked,
-                                       max_num_batched_tokens=32 if chunked else 256))
+    engine = radix_engine(model, on=on, enable_chunked_prefill=chunked,
+                                       max_num_batched_tokens=32 if chunked else 256)
     for round_ in range(2):
-        outs = run_checked(engine, prompts, params)
+        outs = drive_to_end(engine, prompts, params)
         assert [o.output_ids for o in outs] == expected, f"round {round_}"
     if on:
         assert [o.num_cached_tokens for o in outs] == [len(p) - 1 for p in prompts], \
@@ -54,14 +57,14 @@ def test_cache_on_and_off_match_step01_twice(model, reference, on, chunked):
 
 @pytest.mark.task("task4.match")
 def test_full_hit_recomputes_only_the_last_token(model):
-    engine = RadixEngine(model, config())
+    engine = radix_engine(model)
     prompt = list(range(30))
-    first = run_checked(engine, [prompt], SamplingParams(max_new_tokens=5))[0]
+    first = drive_to_end(engine, [prompt], SamplingParams(max_new_tokens=5))[0]
     sid = engine.add_request(prompt, SamplingParams(max_new_tokens=5))
     engine.step()
     seq = engine.seqs[sid]
     assert engine.last_scheduled == [(sid, 1)], "one token (the last of the prompt) is computed"
-    assert seq.cache_protected_len == 30 and engine.tree.depth(seq.last_node) == 30
+    assert seq.cache_protected_len == 30 and engine.kv.tree.depth(seq.last_node) == 30
     while engine.has_unfinished():
         out = engine.step()
     assert out[0].output_ids == first.output_ids and out[0].num_cached_tokens == 29
@@ -71,15 +74,15 @@ def test_full_hit_recomputes_only_the_last_token(model):
 @pytest.mark.task("task4.lock")
 def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
     """cache_unfinished_req: each finished chunk joins the tree, so a request admitted meanwhile reuses it."""
-    engine = RadixEngine(model, config(max_num_batched_tokens=16))
+    engine = radix_engine(model, max_num_batched_tokens=16)
     stem = list(range(100, 148))
     a = engine.add_request(stem + [1, 2], SamplingParams(max_new_tokens=4))
     engine.step()
     engine.step()  # a has computed 32 tokens, all in the tree, locked by a alone
     seq_a = engine.seqs[a]
-    assert seq_a.cache_protected_len == 32 and engine.tree.protected_size == 32
+    assert seq_a.cache_protected_len == 32 and engine.kv.tree.protected_size == 32
     b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
-    outs = drive_to_end(engine)
+    outs = {o.seq_id: o for o in drive_to_end(engine)}
     assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens computed by a's chunks"
     assert outs[b].output_ids == generate(model, stem + [9], SamplingParams(max_new_tokens=4))
 
@@ -88,29 +91,29 @@ def test_shared_prefix_is_held_once(model):
     prompts = [list(range(60)) + [200 + i] for i in range(4)]
     params = SamplingParams(max_new_tokens=3)
     peaks = peak_blocks_off_and_on(
-        lambda on: RadixEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256)), prompts, params)
+        lambda on: radix_engine(model, on=on, max_num_batched_tokens=256), prompts, params)
     assert peaks[True] < peaks[False] / 2, peaks  # the 60 stem tokens: one locked copy instead of one per request
 
 
 @pytest.mark.task("task4.evict")
 @pytest.mark.parametrize("slots", [90, 130])
 def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, slots):
-    outs = run_twice_under_pressure(RadixEngine(model, config(num_blocks=slots, max_num_seqs=4)), reference)
+    outs = run_twice_under_pressure(radix_engine(model, num_blocks=slots, max_num_seqs=4), reference)
     if slots == 90:
         assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to force preemption"
 
 
 def test_abort_unlocks_and_keeps_the_computed_tokens(model):
-    engine = RadixEngine(model, config(max_num_batched_tokens=8))
+    engine = radix_engine(model, max_num_batched_tokens=8)
     prompt = list(range(40))
     sid = engine.add_request(prompt, SamplingParams(max_new_tokens=4))
     engine.step()
     engine.step()
-    assert engine.tree.protected_size == 16
+    assert engine.kv.tree.protected_size == 16
     out = engine.abort(sid)
-    assert out.aborted and engine.tree.protected_size == 0 and engine.tree.total_size == 16
+    assert out.aborted and engine.kv.tree.protected_size == 0 and engine.kv.tree.total_size == 16
     engine.check_invariants()
-    again = run_checked(engine, [prompt], SamplingParams(max_new_tokens=4))[0]
+    again = drive_to_end(engine, [prompt], SamplingParams(max_new_tokens=4))[0]
     assert again.num_cached_tokens == 16
     assert again.output_ids == generate(model, prompt, SamplingParams(max_new_tokens=4))
     waiting = engine.add_request(prompt, SamplingParams(max_new_tokens=4))
@@ -119,8 +122,8 @@ def test_abort_unlocks_and_keeps_the_computed_tokens(model):
 
 
 def test_reset_cache_only_when_drained(model):
-    engine = RadixEngine(model, config())
-    run_checked(engine, [list(range(20))], SamplingParams(max_new_tokens=2))
+    engine = radix_engine(model)
+    drive_to_end(engine, [list(range(20))], SamplingParams(max_new_tokens=2))
     engine.add_request(list(range(20)), SamplingParams(max_new_tokens=2))
     engine.step()
     with pytest.raises(ValueError, match="drained"):
@@ -128,22 +131,20 @@ def test_reset_cache_only_when_drained(model):
     while engine.has_unfinished():
         engine.step()
     engine.kv.reset_cache()
-    assert engine.tree.total_size == 0 and engine.kv.block_manager.num_free == engine.config.num_slots
+    assert engine.kv.tree.total_size == 0 and engine.kv.block_manager.num_free == engine.config.num_blocks
     engine.check_invariants()
 
 
 def test_cache_off_is_plain_paging_with_one_token_slots(model):
-    engine = RadixEngine(model, config(enable_radix_cache=False))
-    assert engine.tree is None and type(engine.kv) is KVCacheManager and engine.kv.block_size == 1
-    assert isinstance(RadixEngine(model, config()).kv, RadixKVCacheManager)
+    engine = radix_engine(model, on=False)
+    assert type(engine.kv) is KVCacheManager and engine.kv.block_size == 1
+    assert isinstance(radix_engine(model).kv, RadixKVCacheManager)
 
 
 def test_bad_configuration_and_input_are_rejected(model):
     with pytest.raises(ValueError, match="block_size must be 1"):
-        RadixEngineConfig(block_size=16)
-    with pytest.raises(TypeError, match="RadixEngineConfig"):
-        RadixEngine(model, EngineConfig())
-    engine = RadixEngine(model, config(num_blocks=16))
+        Engine(model, EngineConfig(block_size=16), RadixKVCacheManager)
+    engine = radix_engine(model, num_blocks=16)
     with pytest.raises(ValueError, match="pool has only 16"):
         engine.add_request(list(range(15)), SamplingParams(max_new_tokens=4))
     with pytest.raises(ValueError, match="empty prompt"):
@@ -153,15 +154,15 @@ def test_bad_configuration_and_input_are_rejected(model):
 
 
 def test_occupancy_map_and_dot_show_owners(model):
-    engine = RadixEngine(model, config(num_blocks=64, max_num_batched_tokens=8))
-    run_checked(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
+    engine = radix_engine(model, num_blocks=64, max_num_batched_tokens=8)
+    drive_to_end(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
     sid = engine.add_request(list(range(6)) + [99] * 6, SamplingParams(max_new_tokens=4))
     engine.step()  # prefill (6 tokens from the tree + 6 computed): all 12 now in the tree, locked
     engine.step()  # one decode: its slot is private
-    occ = engine.kv.occupancy_map()
+    occ = occupancy_map(engine.kv)
     assert occ.count("*") == 12 and occ.count(str(sid)) == 1, occ
     assert occ.count("-") == 11 - 6, "the first request's unshared tokens: cached, evictable"
-    dot = engine.kv.to_dot()
+    dot = cache_dot(engine.kv)
     assert f'"seq{sid}" -> "n' in dot and "last_node" in dot
 
 
@@ -190,10 +191,9 @@ def test_every_workload_cache_on_equals_off(wide_model, workload_prompts, name):
     slots = sum(len(p) + 3 for p in prompts) + 64
     results = {}
     for on in (False, True):
-        engine = RadixEngine(wide_model, config(num_blocks=slots, max_num_seqs=8, max_num_batched_tokens=512,
-                                                enable_radix_cache=on))
-        sequential = [run_checked(engine, [p], params)[0] for p in every_round]
-        concurrent = run_checked(RadixEngine(wide_model, engine.config), prompts, params)
+        engine = radix_engine(wide_model, on=on, num_blocks=slots, max_num_seqs=8, max_num_batched_tokens=512)
+        sequential = [drive_to_end(engine, [p], params)[0] for p in every_round]
+        concurrent = drive_to_end(Engine(wide_model, engine.config, type(engine.kv)), prompts, params)
         results[on] = sequential, concurrent
     (seq_off, con_off), (seq_on, con_on) = results[False], results[True]
     assert [o.output_ids for o in seq_on] == [o.output_ids for o in seq_off]

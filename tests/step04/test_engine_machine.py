@@ -6,17 +6,15 @@ from __future__ import annotations
 
 from hypothesis import settings
 
-from step04_radix import RadixEngine, RadixEngineConfig
-from tests.driver import check_drained
+from step02_paged import Engine, EngineConfig
+from step04_radix import RadixKVCacheManager
 from tests.machines import MODEL, EngineMachine
 
 
 class RadixEngineMachine(EngineMachine):
     def make_engine(self):
-        return RadixEngine(MODEL, RadixEngineConfig(num_blocks=48, max_num_seqs=3, max_num_batched_tokens=10))
-
-    def check_drained(self):
-        check_drained(self.engine)
+        return Engine(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10),
+                      RadixKVCacheManager)
 
 
 TestRadixEngineMachine = RadixEngineMachine.TestCase

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from step01_kvcache.generate import SamplingParams
-from step04_radix import RadixKVCacheManager, RadixSequence
+from step04_radix import RadixKVCacheManager, RadixSequence, TreeMatch
 
 
 def admit(kv: RadixKVCacheManager, seq: RadixSequence) -> int:
     """What the scheduler does: match, then allocate the rest; returns the number of cached tokens."""
-    blocks, cached = kv.get_computed_blocks(seq)
-    assert kv.allocate_slots(seq, seq.num_tokens - cached, blocks, cached)
-    return cached
+    match = kv.get_computed_blocks(seq)
+    assert kv.allocate_slots(seq, seq.num_tokens - match.num_tokens, match)
+    return match.num_tokens
 
 
 def compute(kv: RadixKVCacheManager, seq: RadixSequence, n: int) -> None:
@@ -77,14 +77,14 @@ def test_allocation_failure_unlocks_and_changes_no_table():
     admit(kv, a)
     compute(kv, a, 6)
     big = seq(1, [1, 2, 3] + list(range(20, 26)))  # needs 3 cached + 6 new, but only 2 slots are free
-    blocks, cached = kv.get_computed_blocks(big)
-    assert not kv.allocate_slots(big, big.num_tokens - cached, blocks, cached)
+    match = kv.get_computed_blocks(big)
+    assert not kv.allocate_slots(big, big.num_tokens - match.num_tokens, match)
     assert big.block_table == [] and big.last_node is None and 1 not in kv.holders
     assert [n.lock_ref for n in kv.tree.nodes()] == [1, 1], "the failed admission left no lock behind"
     kv.check_invariants()
+    forged = TreeMatch((0, 1, 7), 3, kv.get_computed_blocks(big).node)  # not the tree's slots for this prefix
     with pytest.raises(ValueError, match="get_computed_blocks"):
-        kv.get_computed_blocks(big)
-        kv.allocate_slots(big, 6, [0, 1, 7], 3)  # not the slots the tree holds for this prefix
+        kv.allocate_slots(big, 6, forged)
 
 
 def test_eviction_makes_room_but_spares_the_matched_prefix():
@@ -98,4 +98,42 @@ def test_eviction_makes_room_but_spares_the_matched_prefix():
     assert admit(kv, c) == 3
     assert kv.num_evicted == 4 and kv.tree.match_prefix([5])[0] == [], "the LRU leaf [5..8] went"
     assert c.block_table[:3] == kv.tree.match_prefix([1, 2, 3])[0], "the matched prefix was locked first"
+    kv.check_invariants()
+
+
+def test_a_stale_match_is_refused_and_changes_nothing():
+    """Look up A; another admission evicts A's matched node; allocating A with the old match is refused."""
+    kv = RadixKVCacheManager(8)
+    old = seq(0, [1, 2, 3, 4, 5])
+    admit(kv, old)
+    compute(kv, old, 5)
+    kv.free(old)  # [1..5] cached, unlocked
+    a = seq(1, [1, 2, 3, 4, 9])
+    match = kv.get_computed_blocks(a)
+    assert match.num_tokens == 4
+    b = seq(2, [7] * 8)
+    assert admit(kv, b) == 0, "b needs every slot: the whole tree is evicted, a's node with it"
+    assert not kv.tree.contains(match.node)
+    before = (list(kv.block_manager.ref_count), [n.lock_ref for n in kv.tree.nodes()], dict(kv.holders))
+    with pytest.raises(ValueError, match="stale match"):
+        kv.allocate_slots(a, 1, match)
+    assert (list(kv.block_manager.ref_count), [n.lock_ref for n in kv.tree.nodes()], dict(kv.holders)) == before
+    assert a.block_table == [] and a.last_node is None
+    kv.check_invariants()
+
+
+def test_a_preempted_request_is_counted_once():
+    """Re-admitted after a preemption, a request finds its own computed tokens: no prompt hit, no new admission."""
+    kv = RadixKVCacheManager(32)
+    first = seq(0, [1, 2, 3, 4])
+    admit(kv, first)
+    compute(kv, first, 4)
+    kv.free(first)
+    s = seq(1, [1, 2, 3, 4, 5, 6])
+    assert admit(kv, s) == 4
+    compute(kv, s, 1)
+    kv.free(s)  # what the scheduler's preemption does
+    s.num_computed_tokens, s.num_preemptions = 0, 1
+    assert admit(kv, s) == 5
+    assert [c for *_, c in kv.admissions] == [0, 4] and s.num_cached_tokens == 4
     kv.check_invariants()

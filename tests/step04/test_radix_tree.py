@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from step04_radix.radix_tree import RadixTree, common_prefix_len, slot_ranges
+from step04_radix.pictures import slot_ranges, tree_dot, tree_text
+from step04_radix.radix_tree import RadixTree, common_prefix_len
 
 
 class Slots:
@@ -128,10 +129,10 @@ def test_nested_splits_keep_total_size_and_later_matches():
 
 def test_insert_validates_and_changes_nothing():
     tree, _ = build([1, 2, 3])
-    before = tree.to_dot()
-    with pytest.raises(ValueError, match="4 tokens need 4 slots, got 1"):
+    before = tree_dot(tree)
+    with pytest.raises(ValueError, match="4 tokens need 4 values, got 1"):
         tree.insert([1, 2, 3, 4], [9])
-    assert tree.to_dot() == before
+    assert tree_dot(tree) == before
 
 
 # ---- locks --------------------------------------------------------------------------------------------------
@@ -166,10 +167,10 @@ def test_locking_the_root_is_a_no_op_and_underflow_is_refused():
     _, node = tree.match_prefix([1, 2, 3])
     tree.inc_lock_ref(node)
     tree.dec_lock_ref(node)
-    before = tree.to_dot()
+    before = tree_dot(tree)
     with pytest.raises(ValueError, match="underflow"):
         tree.dec_lock_ref(node)
-    assert tree.to_dot() == before
+    assert tree_dot(tree) == before
     tree.check_invariants()
 
 
@@ -289,23 +290,23 @@ def test_to_dot_shows_text_slots_locks_and_evictable_leaves():
     tree, _ = build([0, 1, 2, 3], [0, 1, 4], [7, 8])
     _, node = tree.match_prefix([0, 1, 4])
     tree.inc_lock_ref(node)
-    dot = tree.to_dot(decode)
-    assert dot == tree.to_dot(decode), "drawing must not change the state"
+    dot = tree_dot(tree, decode)
+    assert dot == tree_dot(tree, decode), "drawing must not change the state"
     for label in ('label="ab"', 'label="cd"', 'label="e"', 'label="hi"'):
         assert label in dot, label  # decoded text on every edge
     assert "slots 0-1" in dot and "lock_ref 1" in dot and "lock_ref 0" in dot and "t=" in dot
     evictable = re.findall(r'"n\d+" \[label="[^"]*evictable", fillcolor="([^"]+)"', dot)
     assert len(evictable) == 2 and len(set(evictable)) == 1, "the two unlocked leaves are highlighted alike"
-    assert "[0, 1]" in tree.to_dot(), "without a tokenizer, edges show token ids"
+    assert "[0, 1]" in tree_dot(tree), "without a tokenizer, edges show token ids"
     twin, _ = build([0, 1, 2, 3], [0, 1, 4], [7, 8])
     _, n2 = twin.match_prefix([0, 1, 4])
     twin.inc_lock_ref(n2)
-    assert twin.to_dot(decode) == dot, "the same history draws the same picture"
+    assert tree_dot(twin, decode) == dot, "the same history draws the same picture"
 
 
 def test_to_text_lists_every_node():
     tree, _ = build([0, 1, 2, 3], [0, 1, 4])
-    text = tree.to_text(decode)
+    text = tree_text(tree, decode)
     assert text.splitlines()[0].startswith("root  (5 tokens cached")
     assert "ab  2 tok, slots 0-1, lock_ref 0" in text and "[evictable]" in text and len(text.splitlines()) == 4
 

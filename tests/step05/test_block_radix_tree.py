@@ -1,6 +1,7 @@
-"""The block tree alone: seed 000's block-attribution formula on splits, matches that come out block-aligned
-by construction (Bug 2), and a Hypothesis machine of random insert / match / lock / unlock / evict against a
-model of which block holds which full-block prefix."""
+"""The block tree alone: the Pico-vLLM write-up's block-attribution rule on splits, matches that come out
+block-aligned by construction (never a partial block: the write-up's "unaligned match" mistake), and a
+Hypothesis machine of random insert / match / lock / unlock / evict against a model of which block holds
+which full-block prefix."""
 from __future__ import annotations
 
 from collections import Counter
@@ -17,7 +18,7 @@ X = list(range(1000, 1096))  # 96 tokens: six full blocks
 
 
 @pytest.mark.task("task5.span")
-def test_seed000_split_example():
+def test_write_up_split_example():
     """A 96-token edge [B0..B5] split after 90 tokens: the head keeps B0..B4 (80 tokens' worth), the tail the
     block whose last token it holds, B5, although only its last 6 tokens are on the tail's edge."""
     tree = BlockRadixTree(BS)
@@ -45,9 +46,10 @@ def test_a_split_deep_in_the_tree_counts_from_the_edge_start():
 
 
 @pytest.mark.task("task5.span")
-def test_bug2_a_match_ending_off_a_block_boundary_is_block_aligned():
-    """Seed 000's Bug 2: after a split at 125 the node's depth is not a multiple of 16. The match stops there,
-    but the blocks on its path cover 112 tokens: 125 // 16 = 7 blocks, never a partial one."""
+def test_a_match_ending_off_a_block_boundary_is_block_aligned():
+    """The write-up's unaligned-match mistake, avoided: after a split at 125 the node's depth is not a multiple
+    of 16. The match stops there, but the blocks on its path cover 112 tokens: 125 // 16 = 7 blocks, never a
+    partial one."""
     tree = BlockRadixTree(BS)
     a = list(range(144))
     tree.insert(a, list(range(100, 109)))
@@ -58,7 +60,7 @@ def test_bug2_a_match_ending_off_a_block_boundary_is_block_aligned():
 
 def test_insert_wants_one_block_per_full_block_of_tokens():
     tree = BlockRadixTree(4)
-    with pytest.raises(ValueError, match="10 tokens need 2 blocks, got 3"):
+    with pytest.raises(ValueError, match="10 tokens need 2 values, got 3"):
         tree.insert(list(range(10)), [1, 2, 3])
     with pytest.raises(ValueError, match="block_size must be a positive int"):
         BlockRadixTree(0)
@@ -137,8 +139,8 @@ class BlockTreeMachine(RuleBasedStateMachine):
     def consistent(self):
         tree = self.tree
         tree.check_invariants()
-        assert sorted(tree.all_slots() + self.free) == list(range(POOL)), "a block leaked or has two owners"
-        assert sorted(tree.all_slots()) == sorted(self.block_of.values()), "tree and model hold different blocks"
+        assert sorted(tree.all_blocks() + self.free) == list(range(POOL)), "a block leaked or has two owners"
+        assert sorted(tree.all_blocks()) == sorted(self.block_of.values()), "tree and model hold different blocks"
         held = Counter(n.id for node, _ in self.locks for n in tree.path(node))
         assert all(n.lock_ref == held[n.id] for n in tree.nodes()), "lock_ref != locks held through the node"
 

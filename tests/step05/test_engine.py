@@ -8,20 +8,19 @@ import pytest
 from course.tiny import tiny_model
 from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
-from step02_paged import KVCacheManager
-from step03_prefix_hash import Engine as HashEngine
-from step03_prefix_hash import EngineConfig as HashEngineConfig
-from step04_radix import RadixEngine, RadixEngineConfig
-from step05_bridge import BridgeEngine, BridgeEngineConfig, PrefixCache
+from step02_paged import Engine, EngineConfig, KVCacheManager
+from step02_paged.paged_attention import PagedAttention
+from step03_prefix_hash import PrefixCachingKVCacheManager
+from step04_radix import RadixKVCacheManager
+from step05_bridge import PrefixCache
+from step05_bridge.pictures import bridge_dot
 from tests.driver import (
-    drive_checked,
     drive_to_end,
     peak_blocks_off_and_on,
     run_twice_under_pressure,
     shared_prompts,
     with_reference,
 )
-from tests.driver import run_drained as run_checked
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +33,14 @@ def reference(model):
     return with_reference(model, shared_prompts(8, seed=2) + [[3], [3, 4]], new_tokens=8)
 
 
-def config(**kw) -> BridgeEngineConfig:
-    return BridgeEngineConfig(**{"num_blocks": 256, "block_size": 4, "max_num_seqs": 4,
-                                 "max_num_batched_tokens": 32, **kw})
+def bridge_engine(model, on: bool = True, **kw) -> Engine:
+    """Chapter 2's engine with the bridge (or, off, chapter 2's manager)."""
+    config = EngineConfig(**{"num_blocks": 256, "block_size": 4, "max_num_seqs": 4, "max_num_batched_tokens": 32,
+                             **kw})
+    return Engine(model, config, PrefixCache if on else KVCacheManager)
 
 
-BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.share"), pytest.mark.task("task5.insert"),
+BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.admit"), pytest.mark.task("task5.insert"),
                 pytest.mark.task("task5.release")]
 
 
@@ -48,10 +49,10 @@ BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.share"),
 @pytest.mark.parametrize("chunked", [True, False])
 def test_cache_on_and_off_match_step01_twice(model, reference, bs, on, chunked):
     prompts, params, expected = reference
-    engine = BridgeEngine(model, config(block_size=bs, enable_radix_cache=on, enable_chunked_prefill=chunked,
-                                        max_num_batched_tokens=32 if chunked else 256))
+    engine = bridge_engine(model, on=on, block_size=bs, enable_chunked_prefill=chunked,
+                           max_num_batched_tokens=32 if chunked else 256)
     for round_ in range(2):
-        outs = run_checked(engine, prompts, params)
+        outs = drive_to_end(engine, prompts, params)
         assert [o.output_ids for o in outs] == expected, f"round {round_}"
     if on:
         assert [o.num_cached_tokens for o in outs] == [(len(p) - 1) // bs * bs for p in prompts], \
@@ -64,13 +65,11 @@ def test_hits_equal_the_block_hash_at_the_same_block_size(model, bs):
     hits exactly as many tokens as chapter 3's hash of full blocks, and at block_size 1 as chapter 4's tree."""
     prompts = shared_prompts(12, seed=4) * 2
     params = SamplingParams(max_new_tokens=3)
-    engines = {"bridge": BridgeEngine(model, config(block_size=bs)),
-               "hash": HashEngine(model, HashEngineConfig(num_blocks=256, block_size=bs, max_num_seqs=4,
-                                                          max_num_batched_tokens=32))}
+    config = EngineConfig(num_blocks=256, block_size=bs, max_num_seqs=4, max_num_batched_tokens=32)
+    engines = {"bridge": Engine(model, config, PrefixCache), "hash": Engine(model, config, PrefixCachingKVCacheManager)}
     if bs == 1:
-        engines["radix"] = RadixEngine(model, RadixEngineConfig(num_blocks=256, max_num_seqs=4,
-                                                                max_num_batched_tokens=32))
-    hits = {name: [drive_checked(e, [p], params)[0].num_cached_tokens for p in prompts] for name, e in engines.items()}
+        engines["radix"] = Engine(model, config, RadixKVCacheManager)
+    hits = {name: [drive_to_end(e, [p], params)[0].num_cached_tokens for p in prompts] for name, e in engines.items()}
     ideal = [min(r, len(p) - 1) // bs * bs for r, p in zip(reusable_tokens(prompts), prompts)]
     assert all(h == ideal for h in hits.values()), hits
     assert sum(ideal) > 0
@@ -78,58 +77,78 @@ def test_hits_equal_the_block_hash_at_the_same_block_size(model, bs):
 
 @pytest.mark.task("task5.insert")
 def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
-    engine = BridgeEngine(model, config(max_num_batched_tokens=16))
+    engine = bridge_engine(model, max_num_batched_tokens=16)
     stem = list(range(100, 148))
     engine.add_request(stem + [1, 2], SamplingParams(max_new_tokens=4))
     engine.step()
     engine.step()  # a has computed 32 tokens: 8 full blocks in the tree, a locks them
-    assert engine.kv.num_cached_blocks == 8 and engine.tree.protected_size == 32
+    assert engine.kv.num_cached_blocks == 8 and engine.kv.tree.protected_size == 32
     b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
-    outs = drive_to_end(engine)
+    outs = {o.seq_id: o for o in drive_to_end(engine)}
     assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens (12 blocks) computed by a's chunks"
     assert outs[b].output_ids == generate(model, stem + [9], SamplingParams(max_new_tokens=4))
+
+
+class CountingAttention(PagedAttention):
+    """Chapter 2's attention, counting the steps it serves: a stand-in for any other backend."""
+
+    steps = 0
+
+    @classmethod
+    def for_step(cls, *args) -> PagedAttention:
+        cls.steps += 1
+        return super().for_step(*args)
+
+
+@pytest.mark.parametrize("manager", [KVCacheManager, PrefixCachingKVCacheManager, RadixKVCacheManager, PrefixCache])
+def test_every_manager_runs_on_the_attention_it_is_given(model, reference, manager):
+    """The engine's two seams are independent: any chapter's cache manager runs on any attention class."""
+    prompts, params, expected = reference
+    config = EngineConfig(num_blocks=1024, block_size=1 if manager is RadixKVCacheManager else 4)
+    CountingAttention.steps = 0
+    engine = Engine(model, config, manager, attention=CountingAttention)
+    assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected
+    assert CountingAttention.steps == engine.stats.steps > 0
 
 
 def test_shared_prefix_is_held_once(model):
     prompts = [list(range(64)) + [200 + i] for i in range(4)]
     params = SamplingParams(max_new_tokens=3)
     peaks = peak_blocks_off_and_on(
-        lambda on: BridgeEngine(model, config(enable_radix_cache=on, max_num_batched_tokens=256)), prompts, params)
+        lambda on: bridge_engine(model, on=on, max_num_batched_tokens=256), prompts, params)
     assert peaks[True] < peaks[False] / 2, peaks
 
 
 @pytest.mark.task("task5.release")
 @pytest.mark.parametrize("blocks", [24, 34])
 def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, blocks):
-    outs = run_twice_under_pressure(BridgeEngine(model, config(num_blocks=blocks, max_num_seqs=4)), reference)
+    outs = run_twice_under_pressure(bridge_engine(model, num_blocks=blocks, max_num_seqs=4), reference)
     if blocks == 24:
         assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to force preemption"
 
 
 def test_bad_configuration_and_input_are_rejected(model):
-    with pytest.raises(TypeError, match="BridgeEngineConfig"):
-        BridgeEngine(model, RadixEngineConfig())
-    with pytest.raises(ValueError, match="block_size must be positive"):
-        BridgeEngineConfig(block_size=0)
-    engine = BridgeEngine(model, config(num_blocks=4))
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        EngineConfig(block_size=0)
+    engine = bridge_engine(model, num_blocks=4)
     with pytest.raises(ValueError, match="pool has only 4"):
         engine.add_request(list(range(15)), SamplingParams(max_new_tokens=4))
     assert not engine.has_unfinished()
-    assert type(BridgeEngine(model, config(enable_radix_cache=False)).kv) is KVCacheManager
+    assert type(bridge_engine(model, on=False).kv) is KVCacheManager
     assert isinstance(engine.kv, PrefixCache)
 
 
 def test_dot_shows_three_layers(model):
-    engine = BridgeEngine(model, config(num_blocks=16, max_num_batched_tokens=8))
-    run_checked(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
+    engine = bridge_engine(model, num_blocks=16, max_num_batched_tokens=8)
+    drive_to_end(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
     assert '"b0" BGCOLOR="white">0<BR/>tree</TD><TD PORT="b1" BGCOLOR="white">1<BR/>tree</TD><TD PORT="b2" ' \
-           'BGCOLOR="#cccccc">2<BR/>free' in engine.kv.to_dot(), "drained: blocks held by the tree alone"
+           'BGCOLOR="#cccccc">2<BR/>free' in bridge_dot(engine.kv), "drained: blocks held by the tree alone"
     sid = engine.add_request(list(range(9)) + [99] * 6, SamplingParams(max_new_tokens=4))
     engine.step()
-    dot = engine.kv.to_dot()
+    dot = bridge_dot(engine.kv)
     assert f'"seq{sid}" -> "n' in dot and "last_node" in dot and '"b0" BGCOLOR="#fde293">0<BR/>ref 2' in dot, dot
     assert '"n1" -> "pool":b0' in dot, "a node points at the blocks it owns"
-    assert dot == engine.kv.to_dot(), "deterministic"
+    assert dot == bridge_dot(engine.kv), "deterministic"
 
 
 # ---- every course workload, tiny model, real tokens ---------------------------------------------------------
@@ -148,10 +167,10 @@ def test_every_workload_cache_on_equals_off(wide_model, tokenizer, name):
     blocks = sum(len(p) + 3 for p in prompts) // 16 + 2 * len(prompts) + 8
     results = {}
     for on in (False, True):
-        engine = BridgeEngine(wide_model, config(num_blocks=blocks, block_size=16, max_num_seqs=8,
-                                                 max_num_batched_tokens=512, enable_radix_cache=on))
-        sequential = [run_checked(engine, [p], params)[0] for p in every_round]
-        concurrent = run_checked(BridgeEngine(wide_model, engine.config), prompts, params)
+        engine = bridge_engine(wide_model, on=on, num_blocks=blocks, block_size=16, max_num_seqs=8,
+                               max_num_batched_tokens=512)
+        sequential = [drive_to_end(engine, [p], params)[0] for p in every_round]
+        concurrent = drive_to_end(Engine(wide_model, engine.config, type(engine.kv)), prompts, params)
         results[on] = sequential, concurrent
     (seq_off, con_off), (seq_on, con_on) = results[False], results[True]
     assert [o.output_ids for o in seq_on] == [o.output_ids for o in seq_off]

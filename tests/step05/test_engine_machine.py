@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hypothesis import settings
 
-from step05_bridge import BridgeEngine, BridgeEngineConfig
-from tests.driver import check_drained
+from step02_paged import Engine, EngineConfig
+from step05_bridge import PrefixCache
 from tests.machines import MODEL, EngineMachine
 
 
@@ -14,14 +14,11 @@ class BridgeEngineMachine(EngineMachine):
     block_size, num_blocks = 4, 12
 
     def make_engine(self):
-        return BridgeEngine(MODEL, BridgeEngineConfig(num_blocks=self.num_blocks, block_size=self.block_size,
-                                                      max_num_seqs=3, max_num_batched_tokens=10))
+        return Engine(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
+                                          max_num_batched_tokens=10), PrefixCache)
 
     def check_output(self, out, prompt):
         assert out.num_cached_tokens % self.block_size == 0, "hits are whole blocks"
-
-    def check_drained(self):
-        check_drained(self.engine)
 
 
 class OddBlockBridgeMachine(BridgeEngineMachine):

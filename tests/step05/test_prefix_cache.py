@@ -18,10 +18,10 @@ def seq(i: int, tokens: list[int]) -> RadixSequence:
 
 def admit(kv: PrefixCache, s: RadixSequence) -> int:
     """What the scheduler does: match, then allocate the rest; returns the cached (block-aligned) tokens."""
-    blocks, cached = kv.get_computed_blocks(s)
-    assert kv.allocate_slots(s, s.num_tokens - cached, blocks, cached)
+    match = kv.get_computed_blocks(s)
+    assert kv.allocate_slots(s, s.num_tokens - match.num_tokens, match)
     kv.check_invariants()
-    return cached
+    return match.num_tokens
 
 
 def compute(kv: PrefixCache, s: RadixSequence, n: int | None = None) -> None:
@@ -40,7 +40,7 @@ def refs(kv: PrefixCache, blocks: list[int]) -> list[int]:
     return [kv.block_manager.ref_count[b] for b in blocks]
 
 
-@pytest.mark.task("task5.share")
+@pytest.mark.task("task5.admit")
 @pytest.mark.task("task5.insert")
 @pytest.mark.task("task5.release")
 def test_two_levels_of_reference_counts():
@@ -69,9 +69,10 @@ def test_two_levels_of_reference_counts():
 
 @pytest.mark.task("task5.insert")
 def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
-    """Seed 000's Bug 1 setting: requests admitted together all miss and compute the same prompt. The first
-    insert gives its blocks to the tree; the others find them there, take references on the tree's blocks and
-    drop their own copies (freed at once), so the block table and the ref counts agree."""
+    """The setting of the write-up's "release by re-match" mistake: requests admitted together all miss and
+    compute the same prompt. The first insert gives its blocks to the tree; the others find them there, take
+    references on the tree's blocks and drop their own copies (freed at once), so the block table and the ref
+    counts agree."""
     kv = PrefixCache(16, BS)
     reqs = [seq(i, range(12)) for i in range(3)]
     for r in reqs:
@@ -89,12 +90,16 @@ def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
 
 
 class ReleaseByRematch(PrefixCache):
-    """Seed 000's first design, written wrong on purpose: a request keeps its own blocks even where the tree
-    has the same tokens, and on close releases what a *new match of its tokens* returns - blocks that may
-    belong to someone else - instead of the blocks it holds."""
+    """The Pico-vLLM write-up's first design, written wrong on purpose: a request keeps its own blocks even
+    where the tree has the same tokens, and on close releases what a *new match of its tokens* returns -
+    blocks that may belong to someone else - instead of the blocks it holds."""
 
-    def _use_tree_values(self, seq, blocks):
-        pass  # keep the duplicates
+    def cache_unfinished_req(self, seq):  # insert and move the lock, but keep the duplicates
+        n = self._insert(seq)
+        _, node = self.tree.match_prefix(seq.all_token_ids[:n])
+        self.tree.inc_lock_ref(node)
+        self.tree.dec_lock_ref(seq.last_node)
+        seq.last_node, seq.cache_protected_len = node, n
 
     def cache_finished_req(self, seq):
         self._insert(seq)
@@ -107,11 +112,11 @@ class ReleaseByRematch(PrefixCache):
         pass  # it would fail at once: that is the point of the test below
 
 
-def test_bug1_releasing_by_rematch_frees_blocks_it_never_held():
+def test_releasing_by_rematch_frees_blocks_it_never_held():
     kv = ReleaseByRematch(16, BS)
     req4, req5, req6 = (seq(i, range(12)) for i in (4, 5, 6))
     for r in (req4, req5, req6):  # all submitted before any step: all miss
-        kv.allocate_slots(r, 12, *kv.get_computed_blocks(r))
+        kv.allocate_slots(r, 12, kv.get_computed_blocks(r))
     abc = req4.block_table
     for r in (req4, req5, req6):
         r.num_computed_tokens = 12
@@ -122,7 +127,7 @@ def test_bug1_releasing_by_rematch_frees_blocks_it_never_held():
     kv.free(req6)
     assert refs(kv, abc) == [0, 0, 0] and kv.block_manager.num_free > 0, "A, B, C are free while req4 runs"
     with pytest.raises(ValueError, match="below zero"):
-        kv.free(req4)  # the seed saw ref -1 and a crash on the next adopt; our BlockManager refuses
+        kv.free(req4)  # the write-up saw ref -1 and a crash on the next adopt; our BlockManager refuses
     ok = PrefixCache(16, BS)  # the same run with the chapter's bridge
     reqs = [seq(i, range(12)) for i in (4, 5, 6)]
     for step in (admit, compute, finish):
@@ -131,8 +136,8 @@ def test_bug1_releasing_by_rematch_frees_blocks_it_never_held():
     assert ok.block_manager.num_free + ok.num_cached_blocks == 16
 
 
-def test_bug3_node_pointer_lock_survives_a_split_above_it():
-    """Seed 000's Bug 3 setting at block level: R locks the node where its 125-token match ends; another
+def test_node_pointer_lock_survives_a_split_above_it():
+    """The "locking by token path" setting at block level: R locks the node where its 125-token match ends; another
     request's insert then splits R's path at 100; unlocking R by its node pointer walks the new node too."""
     kv = PrefixCache(64, 16)
     x = seq(0, range(144))
@@ -205,3 +210,38 @@ def test_check_invariants_names_a_broken_count():
     kv.block_manager.ref_count[a.block_table[0]] += 1  # someone counted without holding
     with pytest.raises(AssertionError, match="ref_count 3 but 2 holders"):
         kv.check_invariants()
+
+
+def test_a_stale_match_is_refused_and_changes_nothing():
+    """Look up A; another admission evicts A's matched node; allocating A with the old match is refused."""
+    kv = PrefixCache(4, BS)
+    old = seq(0, range(9))
+    admit(kv, old)
+    compute(kv, old)
+    finish(kv, old)  # two full blocks cached, unlocked
+    a = seq(1, list(range(8)) + [7])
+    match = kv.get_computed_blocks(a)
+    assert match.num_tokens == 8
+    assert admit(kv, seq(2, [50] * 16)) == 0, "needs all 4 blocks: the tree is evicted, a's node with it"
+    assert not kv.tree.contains(match.node)
+    before = (list(kv.block_manager.ref_count), dict(kv.holders))
+    with pytest.raises(ValueError, match="stale match"):
+        kv.allocate_slots(a, 1, match)
+    assert (list(kv.block_manager.ref_count), dict(kv.holders)) == before and a.block_table == []
+    kv.check_invariants()
+
+
+def test_a_preempted_request_is_counted_once():
+    """Re-admitted after a preemption, a request finds its own blocks: no prompt hit, no second admission."""
+    kv = PrefixCache(16, BS)
+    first = seq(0, range(5))
+    admit(kv, first)
+    compute(kv, first)
+    finish(kv, first)  # one full block cached
+    s = seq(1, range(10))
+    assert admit(kv, s) == 4
+    compute(kv, s, 4)  # a first chunk: two full blocks now in the tree
+    kv.free(s)  # what the scheduler's preemption does
+    s.num_computed_tokens, s.num_preemptions = 0, 1
+    assert admit(kv, s) == 8
+    assert [c for *_, c in kv.admissions] == [0, 4] and s.num_cached_tokens == 4

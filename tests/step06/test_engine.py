@@ -9,7 +9,7 @@ import step06_triton  # noqa: F401 - interpreter on a CPU
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
 from step06_triton.engine import make_engine
-from tests.driver import run_drained, shared_prompts, with_reference
+from tests.driver import drive_to_end, shared_prompts, with_reference
 from tests.step06.test_kernels import DEVICE
 
 
@@ -32,7 +32,7 @@ def test_triton_backend_gives_step01_tokens_for_every_design(model, reference, d
     engine = make_engine(model, design, "triton", num_blocks=300 // BLOCK[design] * 2, block_size=BLOCK[design],
                          max_num_seqs=3, max_num_batched_tokens=24)
     for round_ in range(2):
-        outs = run_drained(engine, prompts, params)
+        outs = drive_to_end(engine, prompts, params)
         assert [o.output_ids for o in outs] == expected, f"round {round_}"
     if design != "none":
         assert sum(o.num_cached_tokens for o in outs) > 0, "round 2 was meant to hit the prefix cache"
@@ -42,7 +42,7 @@ def test_preemption_and_eviction_on_the_triton_backend(model, reference):
     prompts, params, expected = reference
     engine = make_engine(model, "bridge", "triton", num_blocks=18, block_size=4, max_num_seqs=4,
                          max_num_batched_tokens=24)
-    outs = run_drained(engine, prompts, params)
+    outs = drive_to_end(engine, prompts, params)
     assert [o.output_ids for o in outs] == expected
     assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to force preemption"
 

@@ -11,7 +11,7 @@ from course.tiny import tiny_model
 from step06_triton.decode_attention import default_num_splits, paged_decode_attention
 from step06_triton.engine import make_engine
 from step06_triton.extend_attention import extend_attention
-from tests.driver import run_drained, shared_prompts, with_reference
+from tests.driver import drive_to_end, shared_prompts, with_reference
 from tests.step06.test_kernels import Pool, reference_decode, reference_extend
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (compiled Triton kernels)")
@@ -44,6 +44,6 @@ def test_cuda_graph_decode_gives_the_eager_tokens(fuse):
                          max_num_seqs=6, max_num_batched_tokens=64)
     if fuse:
         engine.model.capture(engine.pool, 6, model.config.max_position_embeddings, fuse_pointwise=True)
-    outs = run_drained(engine, prompts, params)
+    outs = drive_to_end(engine, prompts, params)
     assert [o.output_ids for o in outs] == expected
     assert engine.model.replays > 0, "no decode step was replayed from a graph"

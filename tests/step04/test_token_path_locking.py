@@ -1,6 +1,7 @@
-"""Seed 000's Bug 3, as a regression test: lock by re-walking a token path, and an insert that splits an edge
-between the lock and the unlock makes the unlock walk a node the lock never counted - lock_ref goes to -1.
-Locking by node pointer along the parent chain stays symmetric whatever splits happen in between."""
+"""The Pico-vLLM write-up's "locking by token path" mistake, as a regression test: lock by re-walking a token
+path, and an insert that splits an edge between the lock and the unlock makes the unlock walk a node the lock
+never counted - lock_ref goes to -1. Locking by node pointer along the parent chain stays symmetric whatever
+splits happen in between."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ R = X[:125] + list(range(2000, 2019))  # a new request: shares 125 tokens with X
 
 
 class TokenPathLocking:
-    """The first design of seed 000, written wrong on purpose: a request remembers a token path, not a node.
+    """The write-up's first design, written wrong on purpose: a request remembers a token path, not a node.
 
     `lock(tokens)` / `unlock(tokens)` walk from the root and count every edge lying entirely inside the path;
     nothing is split, so a path that ends inside an edge leaves that edge uncounted. The request locks the
@@ -59,7 +60,7 @@ def tree_with_x() -> RadixTree:
     return tree
 
 
-def test_bug3_token_path_locking_underflows_after_an_insert_splits_the_edge():
+def test_token_path_locking_underflows_after_an_insert_splits_the_edge():
     tree = tree_with_x()
     locks = TokenPathLocking(tree)
     matched = locks.matched_len(R)
@@ -72,13 +73,13 @@ def test_bug3_token_path_locking_underflows_after_an_insert_splits_the_edge():
     locks.unlock(R)  # the path R holds now crosses the 125-token node the lock never saw
 
     split_node = tree.root.children[1000]
-    assert len(split_node.key) == 125 and split_node.lock_ref == -1, "Bug 3: lock_ref underflow"
+    assert len(split_node.key) == 125 and split_node.lock_ref == -1, "locking by token path: lock_ref underflow"
     with pytest.raises(AssertionError, match="negative lock_ref"):
         tree.check_invariants()
 
 
 @pytest.mark.task("task4.lock")
-def test_bug3_node_pointer_locking_holds():
+def test_node_pointer_locking_holds():
     tree = tree_with_x()
     slots, last_node = tree.match_prefix(R[:-1])  # the match splits X's edge exactly where R leaves it
     assert len(slots) == 125 and tree.depth(last_node) == 125

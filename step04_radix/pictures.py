@@ -1,0 +1,112 @@
+"""Pictures of chapter 4's structures: the radix tree (text and DOT: edges with their tokens, nodes with their
+slots, lock_ref and last access) and the cache manager (the tree plus the requests that lock it, and a one-line
+map of who owns each slot)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from course.draw import Dot
+
+from .radix_cache import RadixKVCacheManager
+from .radix_tree import RadixTree, TreeNode
+
+Decode = Callable[[list[int]], str]
+
+
+def slot_ranges(slots: Sequence[int], max_runs: int = 3) -> str:
+    """[0, 1, 2, 7, 8] -> '0-2,7-8': runs of consecutive slots, the first few of them ('none' for [])."""
+    if not slots:
+        return "none"
+    runs: list[list[int]] = []
+    for s in slots:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:max_runs])
+    return text + (f",+{len(runs) - max_runs} runs" if len(runs) > max_runs else "")
+
+
+def edge_text(node: TreeNode, decode: Decode | None = None, width: int = 36) -> str:
+    """A short readable form of an edge: decoded text (newlines shown as ⏎) or the first token ids."""
+    if decode is None:
+        head = ", ".join(map(str, node.key[:6]))
+        return f"[{head}{', ...' if len(node.key) > 6 else ''}]"
+    text = decode(node.key).replace("\n", "⏎")
+    return text if len(text) <= width else text[: width - 14] + " … " + text[-11:]
+
+
+def _evictable(node: TreeNode) -> bool:
+    return node.lock_ref == 0 and not node.children
+
+
+def tree_text(tree: RadixTree, decode: Decode | None = None, width: int = 48, values: str = "slots") -> str:
+    """The tree as indented text: edge, size, value ranges (`values` names them), lock_ref, last access."""
+    lines = [f"root  ({tree.total_size} tokens cached: {tree.protected_size} locked, "
+             f"{tree.evictable_size} evictable)"]
+
+    def walk(node: TreeNode, indent: str) -> None:
+        kids = [node.children[t] for t in sorted(node.children)]
+        for i, child in enumerate(kids):
+            last = i == len(kids) - 1
+            lines.append(f"{indent}{'└─ ' if last else '├─ '}{edge_text(child, decode, width)}  "
+                         f"{len(child.key)} tok, {values} {slot_ranges(child.value)}, lock_ref {child.lock_ref}, "
+                         f"t={child.last_access}{'  [evictable]' if _evictable(child) else ''}")
+            walk(child, indent + ("   " if last else "│  "))
+
+    walk(tree.root, "")
+    return "\n".join(lines)
+
+
+def draw_tree(dot: Dot, tree: RadixTree, decode: Decode | None = None, values: str = "slots") -> None:
+    """Add the tree's nodes and edges to `dot` (node names `n<id>`; the root is `n0`). Locked nodes are blue,
+    evictable leaves yellow with a thick border."""
+    dot.node(f"n{tree.root.id}", f"root\n{tree.total_size} tok cached", shape="ellipse", fillcolor="#eeeeee")
+    for node in tree.nodes():
+        evictable = _evictable(node)
+        color = "#c6dafc" if node.lock_ref else "#fde293" if evictable else "white"
+        label = (f"{len(node.key)} tok · {values} {slot_ranges(node.value)}\n"
+                 f"lock_ref {node.lock_ref} · t={node.last_access}" + ("\nevictable" if evictable else ""))
+        dot.node(f"n{node.id}", label, fillcolor=color, penwidth="2" if evictable else None)
+        dot.edge(f"n{node.parent.id}", f"n{node.id}", edge_text(node, decode))
+
+
+def tree_dot(tree: RadixTree, decode: Decode | None = None, name: str = "radix") -> str:
+    """Deterministic DOT: edges carry their (decoded) tokens; nodes their slots, lock_ref and last access."""
+    dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
+    draw_tree(dot, tree, decode)
+    return dot.source()
+
+
+def cache_text(kv: RadixKVCacheManager, decode: Decode | None = None) -> str:
+    """The tree as indented text, then one line per live request: the node it locks and what it holds."""
+    lines = [tree_text(kv.tree, decode)]
+    lines += [f"seq {seq.seq_id}: locks node #{seq.last_node.id} ({seq.cache_protected_len} tokens in the tree), "
+              f"{len(kv.private_slots(seq))} private slots"
+              for seq in sorted(kv.holders.values(), key=lambda s: s.seq_id)]
+    return "\n".join(lines)
+
+
+def cache_dot(kv: RadixKVCacheManager, decode: Decode | None = None, name: str = "radix_cache") -> str:
+    """The tree, plus one box per live request pointing at the node it locks."""
+    dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
+    draw_tree(dot, kv.tree, decode)
+    for seq in sorted(kv.holders.values(), key=lambda s: s.seq_id):
+        dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\n{seq.cache_protected_len} tok in tree, "
+                 f"{len(kv.private_slots(seq))} private", shape="note", fillcolor="#e8f0fe")
+        dot.edge(f"seq{seq.seq_id}", f"n{seq.last_node.id}", "last_node", style="dashed", color="#1a73e8")
+    return dot.source()
+
+
+def occupancy_map(kv: RadixKVCacheManager) -> str:
+    """One character per slot: a request's id (mod 36) for its private slots, '*' for locked tree slots,
+    '-' for evictable cached slots, '.' for free ones."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    cells = ["."] * kv.num_blocks
+    for node in kv.tree.nodes():
+        for s in node.value:
+            cells[s] = "*" if node.lock_ref else "-"
+    for seq in kv.holders.values():
+        for s in kv.private_slots(seq):
+            cells[s] = digits[seq.seq_id % 36]
+    return "".join(cells)

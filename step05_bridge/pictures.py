@@ -1,0 +1,59 @@
+"""Pictures of chapter 5's bridge: the three layers in one DOT picture (the tree, the requests that lock it,
+the pool with every block's ref_count) and as text."""
+from __future__ import annotations
+
+from course.draw import Dot
+from step04_radix.pictures import Decode, draw_tree, tree_text
+
+from .block_radix_tree import BlockRadixTree
+from .prefix_cache import PrefixCache
+
+
+def bridge_text(kv: PrefixCache, decode: Decode | None = None) -> str:
+    """The tree as indented text (blocks on every edge), then one line per live request: the node it locks,
+    its block table split into the tree's part and its own, and the blocks' ref_counts."""
+    lines = [tree_text(kv.tree, decode, values="blocks")]
+    for seq in sorted(kv.holders.values(), key=lambda s: s.seq_id):
+        refs = [kv.block_manager.ref_count[b] for b in seq.block_table]
+        shared = seq.cache_protected_len // kv.block_size
+        lines.append(f"seq {seq.seq_id}: locks node #{seq.last_node.id} ({seq.cache_protected_len} tokens in the "
+                     f"tree); block_table {seq.block_table[:shared]} from the tree + {seq.block_table[shared:]} its "
+                     f"own; ref_counts {refs}")
+    return "\n".join(lines)
+
+
+def bridge_dot(kv: PrefixCache, decode: Decode | None = None, name: str = "bridge", row: int = 16) -> str:
+    """The three layers in one picture: the tree (edges with their tokens, nodes with their blocks and
+    lock_ref), the live requests (pointing at the node they lock) and the pool, `row` blocks per line, each
+    with its ref_count: grey free, white held by the tree alone, green by one request alone, yellow by
+    two or more holders (the tree and a request, or several requests)."""
+    dot = Dot(name, rankdir="LR", nodesep="0.15", ranksep="0.35")
+    draw_tree(dot, kv.tree, decode, values="blocks")
+    for seq in sorted(kv.holders.values(), key=lambda s: s.seq_id):
+        dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\nblock_table {seq.block_table}",
+                 shape="note", fillcolor="#e8f0fe")
+        dot.edge(f"seq{seq.seq_id}", f"n{seq.last_node.id}", "last_node", style="dashed", color="#1a73e8")
+    in_tree = set(kv.tree.all_blocks())
+    colors = {"free": "#cccccc", "tree": "white", "one": "#ceead6", "shared": "#fde293"}
+    cells = []
+    for b in range(kv.num_blocks):
+        r = kv.block_manager.ref_count[b]
+        users = r - (b in in_tree)  # requests holding the block
+        kind = "free" if r == 0 else "tree" if users == 0 else "one" if r == 1 else "shared"
+        text = "free" if r == 0 else "tree" if users == 0 else f"ref {r}"
+        cells.append(f'<TD PORT="b{b}" BGCOLOR="{colors[kind]}">{b}<BR/>{text}</TD>')
+    table = "".join(f"<TR>{''.join(cells[i:i + row])}</TR>" for i in range(0, kv.num_blocks, row))
+    dot.raw(f'"pool" [shape=plaintext, fontsize=9, label=<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0">'
+            f'{table}</TABLE>>];')
+    dot.raw('{ rank=max; "pool"; }')
+    for node in kv.tree.nodes():
+        for b in node.value:
+            dot.raw(f'"n{node.id}" -> "pool":b{b} [style=dotted, color="#888888", arrowsize=0.5];')
+    return dot.source()
+
+
+def block_tree_dot(tree: BlockRadixTree, decode: Decode | None = None, name: str = "block_tree") -> str:
+    """The block tree alone: edges with their tokens, nodes with the blocks they own, lock_ref, last access."""
+    dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
+    draw_tree(dot, tree, decode, values="blocks")
+    return dot.source()
