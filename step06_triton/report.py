@@ -31,7 +31,7 @@ def tables(res: dict) -> str:
     m, k = res["machine"], res["kernels"]
     lines = [f"Measured on {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, Triton {m['triton']}, on {m['date']}: "
              f"device copy {k['ceilings']['copy_tb_s']} TB/s (bytes read + written), bf16 matmul "
-             f"{k['ceilings']['matmul_tflop_s']} TFLOP/s. Command: `python -m step06_triton.bench --json --out "
+             f"{k['ceilings']['matmul_tflop_s']} TFLOP/s. Command: `python -m step06_triton.bench --sweep --json --out "
              "step06_triton/results/h200.json` (on the GPU machine).", "",
              "**Decode attention**, bf16, 32 query / 8 KV heads, head_dim 128, TB/s (K/V and q read, output written):",
              "", "| batch x context | block | splits | Triton (ours) | gather + SDPA | course torch path | "
@@ -73,7 +73,8 @@ def tables(res: dict) -> str:
         fused_ms = fused["wall_s"] / fused["steps"] * 1e3
         lines += ["", f"Token identity in fp32 ({ident['requests']} requests x {ident['new_tokens']} tokens): "
                   f"{ident['identical_requests_vs_torch']} of {ident['requests']} requests identical to the torch "
-                  "backend.", "", f"| {g['goal']} | {g['measured']} vs {g['hf_static']} | {_met(g)} |", "|---|---|---|",
+                  "backend.", "", f"| {g['goal']} | {g['measured']} vs {g['hf_static']} "
+                  f"({g['measured'] / g['hf_static']:.2f}x) | {_met(g)} |", "|---|---|---|",
                   "", f"Where the time goes (fused graphs): {fused_ms:.2f} ms per engine step on average "
                   f"({fused['wall_s']} s / {fused['steps']} steps, prefill steps included), of which a replayed "
                   f"decode step of batch {w['requests']} keeps the GPU busy {t['gpu_ms_per_decode_step']} ms; prefill "
