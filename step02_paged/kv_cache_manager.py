@@ -48,8 +48,7 @@ class KVCacheManager(CacheManager):
             self.block_manager.retain(shared)
             seq.block_table = shared
             seq.num_computed_tokens = computed
-            if not seq.num_preemptions:  # a recompute finding its own blocks again is not a prompt hit
-                seq.num_cached_tokens = computed
+            seq.record_prompt_hit(match.num_tokens)
         seq.block_table += self.block_manager.allocate(need)
         self.holders[seq.seq_id] = seq
         return True

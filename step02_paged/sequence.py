@@ -42,6 +42,14 @@ class Sequence:
     def __post_init__(self) -> None:
         self.generator = self.params.make_generator()
 
+    def record_prompt_hit(self, num_tokens: int) -> bool:
+        """A prefix cache served `num_tokens` of the prompt at admission. Counted once per request: after a
+        preemption the recompute finds the request's own blocks again, which is no prompt hit. True if counted."""
+        if self.num_preemptions:
+            return False
+        self.num_cached_tokens = num_tokens
+        return True
+
     @property
     def all_token_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids

@@ -97,8 +97,8 @@ class PrefixCachingKVCacheManager(CacheManager):
         self.holders[seq.seq_id] = seq
         if admitting:
             self._num_published[seq.seq_id] = len(hits)  # hits are published already
-            if not seq.num_preemptions:  # once per request: a recompute finding its own blocks is no prompt hit
-                self._record_hit(seq, computed if hits else 0)
+            if seq.record_prompt_hit(computed if hits else 0):
+                self._record_hit(seq)
         return True
 
     def _check_match(self, seq: HashedSequence, hits: list[int], match: PrefixMatch | None) -> None:
@@ -115,8 +115,8 @@ class PrefixCachingKVCacheManager(CacheManager):
                 raise ValueError(f"sequence {seq.seq_id}: stale match, block {b} no longer holds its block {i} "
                                  "(evicted since the lookup); call get_computed_blocks again")
 
-    def _record_hit(self, seq: HashedSequence, hit: int) -> None:
-        seq.num_cached_tokens = hit
+    def _record_hit(self, seq: HashedSequence) -> None:
+        hit = seq.num_cached_tokens
         s = self.stats
         s.requests += 1
         s.hit_requests += hit > 0

@@ -97,8 +97,7 @@ class RadixKVCacheManager(CacheManager):
             seq.last_node, seq.cache_protected_len = node, len(hits)
             seq.num_prefill_tokens = seq.num_tokens
             self.holders[seq.seq_id] = seq
-            if not seq.num_preemptions:  # once per request: a recompute finding its own tokens is no prompt hit
-                seq.num_cached_tokens = len(hits)
+            if seq.record_prompt_hit(len(hits)):
                 self.admissions.append((seq.seq_id, seq.num_prompt_tokens, len(hits)))
         seq.block_table += bm.allocate(need)
         return True

@@ -72,7 +72,6 @@ class PrefixCache(CacheManager):
         hits = list(match.blocks) if match else []
         self._check_match(seq, admitting, match)
         bm = self.block_manager
-        # BEGIN SOLUTION task5.admit
         node = match.node if hits else self.tree.root
         computed = len(hits) * self.block_size if hits else seq.num_computed_tokens
         need = max(0, cdiv(computed + num_new_tokens, self.block_size) - len(seq.block_table) - len(hits))
@@ -90,12 +89,10 @@ class PrefixCache(CacheManager):
             seq.last_node, seq.cache_protected_len = node, self.tree.depth(node)
             seq.num_prefill_tokens = seq.num_tokens
             self.holders[seq.seq_id] = seq
-            if not seq.num_preemptions:  # once per request: a recompute finding its own blocks is no prompt hit
-                seq.num_cached_tokens = computed
+            if seq.record_prompt_hit(computed):
                 self.admissions.append((seq.seq_id, seq.num_prompt_tokens, computed))
         seq.block_table += bm.allocate(need)
         return True
-        # END SOLUTION
 
     def _check_match(self, seq: RadixSequence, admitting: bool, match: TreeMatch | None) -> None:
         """Refuse, changing nothing, a match that is not this admission's, or that went stale: between the lookup
@@ -124,8 +121,8 @@ class PrefixCache(CacheManager):
             self.cache_unfinished_req(seq)
 
     def _insert(self, seq: RadixSequence) -> int:
-        """Insert the computed tokens with the full blocks that hold them; the tree takes a reference on each
-        block it adopts (those of the new leaf: the first `cached // block_size` were in the tree already).
+        """Insert the computed tokens with the full blocks that hold them. The tree takes a reference on each
+        block it adopts, and only on those: a prefix it held already keeps the reference it has.
         Returns how many tokens were inserted."""
         # BEGIN SOLUTION task5.insert
         n = seq.num_computed_tokens
@@ -141,7 +138,7 @@ class PrefixCache(CacheManager):
         takes a reference on the tree's block and drops its own, which frees it."""
         n = self._insert(seq)
         blocks, node = self.tree.match_prefix(seq.all_token_ids[:n])
-        # BEGIN SOLUTION task5.insert
+        # BEGIN SOLUTION task5.dedup
         own = seq.block_table[: len(blocks)]
         swap = [i for i, (mine, theirs) in enumerate(zip(own, blocks)) if mine != theirs]
         self.block_manager.retain([blocks[i] for i in swap])
@@ -155,12 +152,10 @@ class PrefixCache(CacheManager):
     def cache_finished_req(self, seq: RadixSequence) -> None:
         """Cache what was computed, then drop every reference the request holds — the ones in its block table,
         never blocks found by matching its tokens again — and unlock."""
-        # BEGIN SOLUTION task5.release
         self._insert(seq)
         self.block_manager.release(seq.block_table[::-1])
         self.tree.dec_lock_ref(seq.last_node)
         seq.block_table, seq.last_node, seq.cache_protected_len = [], None, 0
-        # END SOLUTION
 
     def free(self, seq: RadixSequence) -> None:
         """Finish, abort or preemption: what the sequence computed stays cached."""

@@ -1,10 +1,10 @@
 """Replay the whole decode forward as one CUDA graph: a small model's decode step is launch-bound.
 
-Chapter 1's layer launches ~40 small kernels (RMSNorm alone is eight), so a SmolLM2-135M step is over a
-thousand launches of a few microseconds each, while the arithmetic of 64 decode tokens needs far less. Captured once, the step becomes one
-`graph.replay()`. A graph replays fixed addresses and shapes, so (as vLLM's CUDA-graph runner and SGLang's
-`cuda_graph_runner.py` do) we keep static input buffers, capture one graph per padded batch size, copy each
-step's inputs into the buffers and pad the batch: padding rows store nowhere (slot -1) and attend over a
+Chapter 1's layer launches ~40 small kernels (RMSNorm alone is eight), so a SmolLM2-135M step is over a thousand
+launches of a few microseconds each, while the arithmetic of 64 decode tokens needs far less. Captured once, the
+step becomes one `graph.replay()`. A graph replays fixed addresses and shapes, so (as vLLM's CUDA-graph runner and
+SGLang's `cuda_graph_runner.py` do) we keep static input buffers, capture one graph per padded batch size, copy
+each step's inputs into the buffers and pad the batch: padding rows store nowhere (slot -1) and attend over a
 one-token context. Prefill steps, and batches larger than the largest graph, run eagerly.
 
 `CUDAGraphModel` wraps the model the engine calls; the engine does not know graphs exist.

@@ -40,8 +40,7 @@ def bridge_engine(model, on: bool = True, **kw) -> Engine:
     return Engine(model, config, PrefixCache if on else KVCacheManager)
 
 
-BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.admit"), pytest.mark.task("task5.insert"),
-                pytest.mark.task("task5.release")]
+BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.insert"), pytest.mark.task("task5.dedup")]
 
 
 @pytest.mark.parametrize("bs", [1, 3, 4, 16])
@@ -119,7 +118,7 @@ def test_shared_prefix_is_held_once(model):
     assert peaks[True] < peaks[False] / 2, peaks
 
 
-@pytest.mark.task("task5.release")
+@pytest.mark.task("task5.insert")
 @pytest.mark.parametrize("blocks", [24, 34])
 def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, blocks):
     outs = run_twice_under_pressure(bridge_engine(model, num_blocks=blocks, max_num_seqs=4), reference)

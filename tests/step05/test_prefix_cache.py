@@ -40,9 +40,7 @@ def refs(kv: PrefixCache, blocks: list[int]) -> list[int]:
     return [kv.block_manager.ref_count[b] for b in blocks]
 
 
-@pytest.mark.task("task5.admit")
 @pytest.mark.task("task5.insert")
-@pytest.mark.task("task5.release")
 def test_two_levels_of_reference_counts():
     kv = PrefixCache(16, BS)
     a = seq(0, range(10))  # 10 tokens: two full blocks and a partial one
@@ -67,7 +65,7 @@ def test_two_levels_of_reference_counts():
     assert kv.block_manager.num_free + kv.num_cached_blocks == 16
 
 
-@pytest.mark.task("task5.insert")
+@pytest.mark.task("task5.dedup")
 def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
     """The setting of the write-up's "release by re-match" mistake: requests admitted together all miss and
     compute the same prompt. The first insert gives its blocks to the tree; the others find them there, take
@@ -155,7 +153,7 @@ def test_node_pointer_lock_survives_a_split_above_it():
     assert all(n.lock_ref == 0 for n in kv.tree.nodes())
 
 
-@pytest.mark.task("task5.release")
+@pytest.mark.task("task5.insert")
 def test_eviction_frees_only_what_no_request_uses():
     kv = PrefixCache(8, BS)
     a = seq(0, range(16))
