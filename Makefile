@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 CHAPTERS := $(sort $(wildcard step0*_*))
 
-.PHONY: setup tour test test-fast bench lint clean
+.PHONY: setup tour test test-fast bench notebooks lint clean
 
 .venv/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -34,6 +34,12 @@ bench: .venv/.installed
 	$(PY) -m step05_bridge.bench | tail -1
 	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --sweep --json --out step06_triton/results/h200.json"
 	$(PY) -m step06_triton.report
+
+# Re-execute every notebook in place, so that GitHub shows its pictures (commit the result).
+notebooks: .venv/.installed
+	@for nb in notebooks/*.ipynb; do echo "executing $$nb"; \
+	  $(PY) -m jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; \
+	done
 
 lint: .venv/.installed
 	.venv/bin/ruff check .
