@@ -51,6 +51,20 @@ class TreeMatch(PrefixMatch):
     node: TreeNode | None = None
 
 
+def check_match(tree: RadixTree, seq: RadixSequence, admitting: bool, match: TreeMatch | None) -> None:
+    """Refuse, changing nothing, a match that is not this admission's, or that went stale: between the lookup and
+    the allocation another admission may have evicted the matched node."""
+    if not (match and match.blocks):
+        return
+    if not admitting:
+        raise ValueError(f"sequence {seq.seq_id}: a match is taken only on admission")
+    node = match.node
+    if node is None or not tree.contains(node) or tree.prefix_slots(node) != list(match.blocks) \
+            or tree.prefix_tokens(node) != seq.all_token_ids[: tree.depth(node)]:
+        raise ValueError(f"sequence {seq.seq_id}: stale match, its node was evicted since the lookup; "
+                         "call get_computed_blocks again")
+
+
 class RadixKVCacheManager(CacheManager):
     """A slot pool whose finished and in-flight prefixes live in a RadixTree."""
 
@@ -79,7 +93,7 @@ class RadixKVCacheManager(CacheManager):
         cannot take it); then LRU leaves are evicted if the free list is short, and new slots allocated."""
         admitting = seq.seq_id not in self.holders
         hits = list(match.blocks) if match else []
-        self._check_match(seq, admitting, match)
+        check_match(self.tree, seq, admitting, match)
         node = match.node if hits else self.tree.root
         if admitting:
             self.tree.inc_lock_ref(node)
@@ -101,19 +115,6 @@ class RadixKVCacheManager(CacheManager):
                 self.admissions.append((seq.seq_id, seq.num_prompt_tokens, len(hits)))
         seq.block_table += bm.allocate(need)
         return True
-
-    def _check_match(self, seq: RadixSequence, admitting: bool, match: TreeMatch | None) -> None:
-        """Refuse, changing nothing, a match that is not this admission's, or that went stale: between the lookup
-        and this allocation another admission may have evicted the matched node."""
-        if not (match and match.blocks):
-            return
-        if not admitting:
-            raise ValueError(f"sequence {seq.seq_id}: a match is taken only on admission")
-        node = match.node
-        if node is None or not self.tree.contains(node) or self.tree.prefix_slots(node) != list(match.blocks) \
-                or self.tree.prefix_tokens(node) != seq.all_token_ids[: match.num_tokens]:
-            raise ValueError(f"sequence {seq.seq_id}: stale match, its node was evicted since the lookup; "
-                             "call get_computed_blocks again")
 
     def evict(self, num: int) -> int:
         """Free at least `num` slots from unlocked leaves, least recently used first (fewer if the tree holds

@@ -38,7 +38,7 @@ from step01_kvcache.generate import SamplingParams
 from step02_paged.block_manager import BlockManager
 from step02_paged.cache_manager import CacheManager, cdiv
 from step02_paged.kv_cache_manager import check_block_tables, table_slot_usage
-from step04_radix.radix_cache import RadixSequence, TreeMatch
+from step04_radix.radix_cache import RadixSequence, TreeMatch, check_match
 
 from .block_radix_tree import BlockRadixTree
 
@@ -70,7 +70,7 @@ class PrefixCache(CacheManager):
         (so that the eviction that may follow cannot take it) and the request holds each shared block."""
         admitting = seq.seq_id not in self.holders
         hits = list(match.blocks) if match else []
-        self._check_match(seq, admitting, match)
+        check_match(self.tree, seq, admitting, match)
         bm = self.block_manager
         node = match.node if hits else self.tree.root
         computed = len(hits) * self.block_size if hits else seq.num_computed_tokens
@@ -93,19 +93,6 @@ class PrefixCache(CacheManager):
                 self.admissions.append((seq.seq_id, seq.num_prompt_tokens, computed))
         seq.block_table += bm.allocate(need)
         return True
-
-    def _check_match(self, seq: RadixSequence, admitting: bool, match: TreeMatch | None) -> None:
-        """Refuse, changing nothing, a match that is not this admission's, or that went stale: between the lookup
-        and this allocation another admission may have evicted the matched node."""
-        if not (match and match.blocks):
-            return
-        if not admitting:
-            raise ValueError(f"sequence {seq.seq_id}: a match is taken only on admission")
-        node, tree = match.node, self.tree
-        if node is None or not tree.contains(node) or tree.prefix_blocks(node) != list(match.blocks) \
-                or tree.prefix_tokens(node) != seq.all_token_ids[: tree.depth(node)]:
-            raise ValueError(f"sequence {seq.seq_id}: stale match, its node was evicted since the lookup; "
-                             "call get_computed_blocks again")
 
     def evict(self, num: int) -> int:
         """Free at least `num` blocks from unlocked leaves, least recently used first: the tree drops its
