@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 CHAPTERS := $(sort $(wildcard step0*_*))
 
-.PHONY: setup tour test test-fast bench notebooks lint clean
+.PHONY: setup tour test test-fast bench report notebooks lint clean
 
 .venv/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -22,18 +22,22 @@ test: .venv/.installed
 test-fast: .venv/.installed
 	$(PY) -m pytest -q -m "not slow" tests
 
-# Every number in the READMEs' "Measured here" sections, one JSON line each (about an hour on 2 idle cores:
-# the `long` workload prefills 2k-token prompts with the cache off).
+# Every number in the READMEs: each run writes stepNN_x/results/WORKLOAD.json (figures, machine, date,
+# command), then `python -m course report --write` redraws the READMEs' tables and plots from those files.
+# About an hour on 2 idle cores (the `long` workload prefills 2k-token prompts with the cache off).
 bench: .venv/.installed
-	$(PY) -m course bench step01 --json | tail -1
-	$(PY) -m course bench step02 --workload batch --json | tail -1
+	$(PY) -m course bench step01 --save --json | tail -1
+	$(PY) -m course bench step02 --workload batch --save --json | tail -1
 	@for ch in step03 step04 step05; do for w in short long shared_prefix diverge; do \
-	  $(PY) -m course bench $$ch --workload $$w --json | tail -1 || exit 1; \
+	  $(PY) -m course bench $$ch --workload $$w --save --json | tail -1 || exit 1; \
 	done; done
-	$(PY) -m step04_radix.bench --workloads diverge short | tail -1
-	$(PY) -m step05_bridge.bench | tail -1
+	$(PY) -m step05_bridge.bench --save | tail -1
 	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --sweep --json --out step06_triton/results/h200.json"
-	$(PY) -m step06_triton.report
+	$(MAKE) report
+
+# Tables and plots of every chapter's README from the committed results/*.json (no benchmark runs).
+report: .venv/.installed
+	$(PY) -m course report --write
 
 # Re-execute every notebook in place, so that GitHub shows its pictures (commit the result).
 notebooks: .venv/.installed

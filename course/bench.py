@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import torch
 
+from . import results
 from .demo import DEFAULT_PROMPT, DEFAULT_SYSTEM, chat_ids
 
 BENCHES: dict[str, Callable[[argparse.Namespace], dict]] = {}
@@ -43,7 +44,9 @@ def interleaved_best(runs: dict[str, Callable], repeats: int = 3) -> tuple[dict[
 
 @register("step01")
 def bench_step01(args: argparse.Namespace) -> dict:
-    """Decode speed at batch 1: our generate with the cache, without it, and Hugging Face generate."""
+    """Decode speed at batch 1: our generate with the cache, without it, and Hugging Face generate (SDPA, its
+    default attention); then the cost of one decode step against the context length, all three again."""
+    from step01_kvcache.cost import step_costs
     from step01_kvcache.generate import SamplingParams, generate
 
     from .hf import to_hf_model
@@ -53,7 +56,7 @@ def bench_step01(args: argparse.Namespace) -> dict:
     ids = chat_ids(tok, DEFAULT_PROMPT, DEFAULT_SYSTEM)
     n = args.max_new_tokens or 32
     params = SamplingParams(max_new_tokens=n)
-    hf = to_hf_model(model)
+    hf = to_hf_model(model, "sdpa")
     hf_kwargs = dict(attention_mask=torch.ones(1, len(ids), dtype=torch.long), max_new_tokens=n, min_new_tokens=n,
                      do_sample=False, eos_token_id=None, pad_token_id=tok.eos_token_id)
     runs = {"on": lambda: generate(model, ids, params, use_cache=True),
@@ -61,17 +64,50 @@ def bench_step01(args: argparse.Namespace) -> dict:
             "hf": lambda: hf.generate(torch.tensor([ids]), **hf_kwargs)[0, len(ids):].tolist()}
     with torch.inference_mode():
         best, outs = interleaved_best(runs, repeats=args.repeats)
+        contexts = args.contexts or [16, 64, 256, 512, 1024]
+        costs = step_costs(model, contexts, repeats=args.repeats)
+        hf_costs = [hf_decode_step_s(hf, c, repeats=args.repeats) for c in progress(contexts, "HF decode steps")]
     ours, ours_off, theirs = outs["on"], outs["off"], outs["hf"]
     t_on, t_off, t_hf = best["on"], best["off"], best["hf"]
     return dict(chapter="step01", workload="single", requests=1, prompt_tokens=len(ids), new_tokens=n,
                 tokens_per_s_cache_on=round(n / t_on, 2), tokens_per_s_cache_off=round(n / t_off, 2),
                 hf_tokens_per_s=round(n / t_hf, 2), speedup_cache=round(t_off / t_on, 2),
-                speedup_vs_hf=round(t_hf / t_on, 3), outputs_identical=ours == ours_off == theirs)
+                speedup_vs_hf=round(t_hf / t_on, 3), hf_attention="sdpa",
+                outputs_identical=ours == ours_off == theirs,
+                decode_step_ms=[dict(context=c.context_len, cache_on=round(c.cached_s * 1e3, 2),
+                                     cache_off=round(c.uncached_s * 1e3, 2), hf_cache_on=round(h * 1e3, 2))
+                                for c, h in zip(costs, hf_costs)])
 
 
-def run_sequential(engine, prompts: list[list[int]], params) -> list:
+def hf_decode_step_s(hf, context: int, repeats: int = 3, seed: int = 0) -> float:
+    """Best wall time of one Hugging Face decode step over `context` cached tokens (random ids): the cache is
+    cropped back after each step, so every repeat sees the same context."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, hf.config.vocab_size, (1, context + 1), generator=gen)
+    cache = DynamicCache(config=hf.config)
+    hf(ids[:, :context], cache=cache, use_cache=True)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        hf(ids[:, context:], cache=cache, use_cache=True)
+        best = min(best, time.perf_counter() - t0)
+        cache.crop(-1)  # drop the step's token: transformers 5 crops by a negative count
+        assert cache.get_seq_length() == context
+    return best
+
+
+def progress(items, desc: str):
+    """A progress bar on stderr for the long parts of a bench (stdout keeps the JSON line clean)."""
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, file=sys.stderr, leave=False, disable=not sys.stderr.isatty())
+
+
+def run_sequential(engine, prompts: list[list[int]], params, desc: str = "requests") -> list:
     """One request at a time, as the Pico-vLLM write-up measures TTFT: each request alone in the engine."""
-    return [engine.generate([p], params)[0] for p in prompts]
+    return [engine.generate([p], params)[0] for p in progress(prompts, desc)]
 
 
 def run_concurrent(engine, prompts: list[list[int]], params) -> int:
@@ -81,7 +117,8 @@ def run_concurrent(engine, prompts: list[list[int]], params) -> int:
 
 
 def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Namespace) -> dict:
-    """The bench every prefix-caching chapter shares: the same engine with its cache off and on.
+    """The bench every prefix-caching chapter shares: the same engine with its cache off and on, and Hugging
+    Face (SDPA) without a cache and with its prompt-cache recipe, on the same requests in the same process.
 
     `make_engine(model, prefix_caching: bool)` builds a fresh engine. TTFT and hit rate come from a
     sequential pass over every round of the workload; peak memory and waste from a concurrent pass over
@@ -103,14 +140,15 @@ def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Names
     results, engines = {}, {}
     for on in (False, True):
         engines[on] = make_engine(model, on)
-        results[on] = run_sequential(engines[on], every_round, params)
+        results[on] = run_sequential(engines[on], every_round, params, f"{chapter} {workload.name} cache "
+                                     + ("on" if on else "off"))
     peak = {on: run_concurrent(make_engine(model, on), prompts, params) for on in (False, True)}
     off, on = results[False], results[True]
     prompt_tokens = sum(len(p) for p in every_round)
     cached = sum(o.num_cached_tokens for o in on)
     warm_off, warm_on = [o.ttft_s for o in off[1:]], [o.ttft_s for o in on[1:]]
     bounds = [len(p) / max(1, len(p) - o.num_cached_tokens) for p, o in zip(every_round[1:], on[1:])]
-    return dict(
+    result = dict(
         chapter=chapter, workload=workload.name, requests=len(every_round), prompt_tokens=prompt_tokens,
         cached_tokens=cached, hit_rate=round(cached / prompt_tokens, 4),
         ttft_off_s=round(mean(o.ttft_s for o in off), 5), ttft_on_s=round(mean(o.ttft_s for o in on), 5),
@@ -125,6 +163,70 @@ def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Names
         kv_waste_fraction=round(engines[True].stats.waste_fraction, 4),
         new_tokens=params.max_new_tokens,
     )
+    hf = hf_prefix_baselines(model, every_round, [o.output_ids[0] for o in on])
+    result.update(hf, warm_ttft_vs_hf_recipe=round(hf["hf_recipe_ttft_warm_median_s"] / median(warm_on), 2),
+                  cold_ttft_vs_hf=round(hf["hf_ttft_cold_s"] / on[0].ttft_s, 2))
+    return result
+
+
+# ---- Hugging Face baselines for prefix caching --------------------------------------------------------------
+
+def hf_prefix_baselines(model, prompts: list[list[int]], first_tokens: list[int], nocache_requests: int = 3) -> dict:
+    """Hugging Face with its default attention (SDPA) on the requests our engine served, one at a time:
+
+    - cold: the first prompt's time to first token, no cache (what our cache-on engine pays on a miss);
+    - no cache, warm: the next `nocache_requests` prompts, each a full prefill (a few are enough);
+    - its "re-use a prompt cache" recipe: prefill the prefix every prompt shares once into a DynamicCache,
+      deep-copy it per request (the copy is part of the recipe, so it is timed), `generate(cache=copy)`.
+      That is the best a user of `generate` can do without a prefix cache; it only knows the one prefix
+      it was given, while our caches find any earlier prefix by themselves.
+
+    Greedy first tokens are compared with ours (`hf_first_tokens_match`); they should all agree."""
+    from statistics import median
+
+    from .hf import to_hf_model
+    from .workloads import shared_prefix_len
+
+    hf = to_hf_model(model, "sdpa")
+    shared = min(shared_prefix_len(prompts), min(map(len, prompts)) - 1)  # generate needs >= 1 new token
+    t0 = time.perf_counter()
+    cache = hf_prefill(hf, prompts[0][:shared]) if shared else None
+    prefix_s = time.perf_counter() - t0
+    cold, cold_first = hf_ttfts(hf, prompts[:1], None)
+    plain, plain_first = hf_ttfts(hf, prompts[1: 1 + nocache_requests], None)
+    recipe, recipe_first = hf_ttfts(hf, prompts[1:], cache)
+    return dict(hf_attention="sdpa", hf_shared_prefix_tokens=shared, hf_prefix_prefill_s=round(prefix_s, 4),
+                hf_ttft_cold_s=round(cold[0], 5), hf_nocache_ttft_warm_median_s=round(median(plain), 5),
+                hf_recipe_ttft_warm_median_s=round(median(recipe), 5),
+                hf_recipe_speedup_warm=round(median(plain) / median(recipe), 2),
+                hf_first_tokens_match=cold_first + recipe_first == first_tokens
+                and plain_first == first_tokens[1: 1 + nocache_requests])
+
+
+def hf_prefill(hf, prefix: list[int]):
+    """A DynamicCache holding `prefix` (transformers 5 calls the argument `cache`, older ones `past_key_values`)."""
+    from transformers import DynamicCache
+
+    with torch.no_grad():
+        return hf(torch.tensor([prefix]), cache=DynamicCache(config=hf.config), use_cache=True).cache
+
+
+def hf_ttfts(hf, prompts: list[list[int]], prefix_cache) -> tuple[list[float], list[int]]:
+    """Time to the first token of each prompt through `hf.generate`, with a deep copy of `prefix_cache` or with
+    no cache (None). Also returns the first tokens."""
+    import copy
+
+    ttfts, firsts = [], []
+    for p in progress(prompts, "HF time to first token"):
+        ids = torch.tensor([p])
+        t0 = time.perf_counter()
+        extra = {} if prefix_cache is None else {"cache": copy.deepcopy(prefix_cache)}
+        with torch.no_grad():
+            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, do_sample=False,
+                              pad_token_id=hf.config.pad_token_id, **extra)
+        ttfts.append(time.perf_counter() - t0)
+        firsts.append(int(out[0, len(p)]))
+    return ttfts, firsts
 
 
 def main(argv: list[str]) -> int:
@@ -136,7 +238,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens generated per request (default: the chapter's; TTFT does not depend on it)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds for best-of timings (where used)")
+    p.add_argument("--contexts", type=int, nargs="+", default=None, help="step01: context lengths of the sweep")
+    p.add_argument("--save", action="store_true",
+                   help="also write the run to the chapter's results/WORKLOAD.json (read by `python -m course report`)")
     args = p.parse_args(argv)
+    if args.contexts and min(args.contexts) < 1:
+        p.error("context lengths must be positive")
     chapter = args.chapter.split("_")[0]
     if chapter not in BENCHES:
         _load_chapter_benches()
@@ -144,11 +251,14 @@ def main(argv: list[str]) -> int:
         print(f"no bench for {args.chapter!r}; choose from {', '.join(sorted(BENCHES))}", file=sys.stderr)
         return 2
     torch.set_grad_enabled(False)
+    meta = results.started("python -m course bench " + " ".join(argv))
     try:
         result = BENCHES[chapter](args)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.save:
+        print(f"wrote {results.save(chapter, result['workload'], result, meta)}", file=sys.stderr)
     if args.json:
         print(json.dumps(result))
     else:

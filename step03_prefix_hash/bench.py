@@ -2,18 +2,13 @@
 
 The cache off/on runner every prefix-caching chapter shares (course.bench.prefix_cache_bench), plus what this
 chapter adds: per-round hit rates (per request as the mini-vllm tutorial counts them: a request hits when it
-reuses at least one block), the cost of hashing per token, the cost of looking up an already hashed 2k-token
-prompt, and, on `long`, Hugging Face's "reuse a prompt cache" recipe on the same requests in the same process.
+reuses at least one block), the cost of hashing per token, and the cost of looking up an already hashed 2k-token
+prompt.
 """
 from __future__ import annotations
 
 import argparse
-import copy
-import time
 import timeit
-from statistics import median
-
-import torch
 
 from course.bench import prefix_cache_bench, register
 from step01_kvcache.generate import SamplingParams
@@ -29,20 +24,19 @@ BLOCK_SIZE = 16
 @register("step03")
 def bench_step03(args: argparse.Namespace) -> dict:
     from course.pretrained import load_tokenizer
-    from course.workloads import get_workload, shared_prefix_len
+    from course.workloads import get_workload
 
     workload = get_workload(args.workload or "short")
     prompts = workload.prompts(load_tokenizer(args.model))
     # room for one round at once with the cache off (the concurrent pass), so memory is measured, not preemption
     new_tokens = args.max_new_tokens or 8  # prefix_cache_bench's default
     num_blocks = max(256, sum(cdiv(len(p) + new_tokens, BLOCK_SIZE) for p in prompts) + 8)
-    managers, models = [], []  # the cache managers (not the engines: their pools are large) and the model
+    managers = []  # the cache managers (not the engines: their pools are large)
 
     def make_engine(model, on: bool) -> Engine:
         engine = Engine(model, EngineConfig(num_blocks=num_blocks, block_size=BLOCK_SIZE),
                         PrefixCachingKVCacheManager if on else KVCacheManager)
         managers.append(engine.kv)
-        models[:] = [model]
         return engine
 
     result = prefix_cache_bench("step03", make_engine, args)
@@ -56,8 +50,6 @@ def bench_step03(args: argparse.Namespace) -> dict:
     result["hit_rate_per_round"] = [round(sum(h for *_, h in r) / sum(n for _, n, _ in r), 4) for r in rounds]
     result["evicted_blocks"] = sequential.block_manager.num_evicted
     result.update(micro_benchmarks())
-    if workload.name == "long":
-        result.update(hf_recipe_bench(models[0], prompts, shared_prefix_len(prompts)))
     return result
 
 
@@ -102,49 +94,3 @@ def lookup_seconds(num_tokens: int = 2048, block_size: int = BLOCK_SIZE) -> floa
     match = kv.get_computed_blocks(probe)
     assert match.num_tokens == len(match.blocks) * block_size == (num_tokens - 1) // block_size * block_size
     return min(timeit.repeat(lambda: kv.get_computed_blocks(probe), number=200, repeat=5)) / 200
-
-
-# ---- Hugging Face's recipe -------------------------------------------------------------------------------
-
-def hf_recipe_bench(model, prompts: list[list[int]], shared_len: int, nocache_requests: int = 3) -> dict:
-    """HF's "re-use a prompt cache": prefill the shared prefix once into a DynamicCache, deep-copy it per
-    request, `generate(cache=copy)` (older transformers call the argument `past_key_values`). Its warm
-    speed-up is measured against HF without the cache on the first `nocache_requests` warm requests (each a
-    full ~2k-token prefill, so a few are enough)."""
-    from course.hf import to_hf_model
-
-    hf = to_hf_model(model)
-    t0 = time.perf_counter()
-    cache = prefill_prefix(hf, prompts[0][:shared_len])
-    prefix_s = time.perf_counter() - t0
-    recipe, recipe_first = hf_ttfts(hf, prompts, cache)
-    warm = prompts[1: 1 + nocache_requests]
-    plain, plain_first = hf_ttfts(hf, warm, None)
-    return dict(hf_prefix_prefill_s=round(prefix_s, 4),
-                hf_recipe_ttft_warm_median_s=round(median(recipe[1:]), 5),
-                hf_nocache_ttft_warm_median_s=round(median(plain), 5),
-                hf_recipe_speedup_warm=round(median(plain) / median(recipe[1:]), 2),
-                hf_recipe_first_tokens_match=recipe_first[1: 1 + nocache_requests] == plain_first)
-
-
-def prefill_prefix(hf, prefix: list[int]):
-    from transformers import DynamicCache
-
-    with torch.no_grad():
-        return hf(torch.tensor([prefix]), cache=DynamicCache(config=hf.config), use_cache=True).cache
-
-
-def hf_ttfts(hf, prompts: list[list[int]], prefix_cache) -> tuple[list[float], list[int]]:
-    """Time to the first token of each prompt through `hf.generate`, with a deep copy of `prefix_cache` (copy
-    included in the time: it is part of the recipe) or with no cache. Also returns the first tokens."""
-    ttfts, firsts = [], []
-    for p in prompts:
-        ids = torch.tensor([p])
-        t0 = time.perf_counter()
-        extra = {} if prefix_cache is None else {"cache": copy.deepcopy(prefix_cache)}
-        with torch.no_grad():
-            out = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=1, do_sample=False,
-                              pad_token_id=hf.config.pad_token_id, **extra)
-        ttfts.append(time.perf_counter() - t0)
-        firsts.append(int(out[0, len(p)]))
-    return ttfts, firsts

@@ -1,21 +1,14 @@
 """`python -m course bench step04 --workload <name> [--json]`: the engine on one-token slots with the radix cache
 off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus the cost of the
-tree's bookkeeping.
-
-`python -m step04_radix.bench [--workloads short long shared_prefix diverge]` runs the same bench for this chapter
-and, when chapter 3 is importable, for step03's hashed-block cache, and prints them side by side.
-"""
+tree's bookkeeping. `python -m course report` sets its results beside chapter 3's, workload by workload."""
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import sys
 import time
-from collections.abc import Callable
 from statistics import median
 
-from course.bench import BENCHES, prefix_cache_bench, register
+from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
 from step02_paged import Engine, EngineConfig, KVCacheManager
 
@@ -96,53 +89,3 @@ def bookkeeping_bench(prefix_len: int = 2083, new_len: int = 35, requests: int =
             "bookkeeping_us_p90": round(sorted(totals)[int(0.9 * len(totals))] * 1e6, 1),
             **{f"bookkeeping_{k}_us": round(median(v), 1) for k, v in parts.items()},
             "bookkeeping_budget_us": BOOKKEEPING_BUDGET_US, "bookkeeping_within_budget": us <= BOOKKEEPING_BUDGET_US}
-
-
-# ---- side by side with chapter 3 ---------------------------------------------------------------------------
-COLUMNS = ("hit_rate", "cached_tokens", "speedup_warm", "ttft_on_warm_median_s", "kv_peak_bytes_on",
-           "kv_waste_fraction", "outputs_identical")
-
-
-def step03_bench() -> tuple[Callable[[argparse.Namespace], dict] | None, str]:
-    """Chapter 3's registered bench, or None and the reason when it cannot be imported (yet)."""
-    try:
-        import step03_prefix_hash.bench  # noqa: F401  (registers "step03")
-    except ImportError as exc:
-        return None, f"step03_prefix_hash is not importable ({exc}); radix only"
-    if "step03" not in BENCHES:
-        return None, "step03_prefix_hash.bench registers no 'step03' bench; radix only"
-    return BENCHES["step03"], ""
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m step04_radix.bench", description=__doc__)
-    p.add_argument("--workloads", nargs="+", default=["short", "long", "shared_prefix", "diverge"])
-    p.add_argument("--model", default=None)
-    p.add_argument("--max-new-tokens", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=3)
-    args = p.parse_args(argv)
-    import torch
-
-    torch.set_grad_enabled(False)
-    hash_bench, why = step03_bench()
-    if why:
-        print(why, file=sys.stderr)
-    rows = []
-    for name in args.workloads:
-        ns = argparse.Namespace(workload=name, model=args.model, max_new_tokens=args.max_new_tokens,
-                                repeats=args.repeats)
-        radix = bench_step04(ns)
-        hashed = hash_bench(argparse.Namespace(**vars(ns))) if hash_bench else {}
-        rows.append({"workload": name, "step04": {k: radix.get(k) for k in COLUMNS},
-                     "step03": {k: hashed.get(k) for k in COLUMNS} if hashed else None})
-    print(f"{'workload':<9} {'metric':<24} {'step04 radix':>14} {'step03 hash':>14}")
-    for row in rows:
-        for k in COLUMNS:
-            theirs = row["step03"][k] if row["step03"] else "-"
-            print(f"{row['workload']:<9} {k:<24} {row['step04'][k]!s:>14} {theirs!s:>14}")
-    print(json.dumps({"side_by_side": rows}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from statistics import median
 
+from course import results
 from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
@@ -134,12 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", nargs="+", default=["short", "long", "shared_prefix", "diverge"])
     p.add_argument("--block-sizes", nargs="+", type=int, default=[16, 4, 1])
     p.add_argument("--repeats", type=int, default=5, help="warm passes timed for the bookkeeping median")
+    p.add_argument("--save", action="store_true",
+                   help="also write results/designs.json (read by `python -m course report`)")
     args = p.parse_args(argv)
     if any(bs <= 0 for bs in args.block_sizes):
         p.error("block sizes must be positive")
     import torch
 
     torch.set_grad_enabled(False)
+    meta = results.started("python -m step05_bridge.bench " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = compare(args.workloads, args.block_sizes, args.repeats)
     names = [k for k in rows[0] if k not in ("workload", "prompt_tokens")]
     print(f"{'workload':<9} {'design':<14} {'cached tokens':>14} {'hit rate':>9} {'bookkeeping µs':>15}")
@@ -148,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             c, us = row[n]["cached_tokens"], row[n]["bookkeeping_us"]
             print(f"{row['workload']:<9} {n:<14} {c:>14} {c / row['prompt_tokens']:>9.3f} {us:>15}")
     print(json.dumps({"designs": rows}))
+    if args.save:
+        saved = results.save("step05", "designs", {"workload": "designs", "block_sizes": args.block_sizes,
+                                                    "designs": rows}, meta)
+        print(f"wrote {saved}", file=sys.stderr)
     return 0
 
 
