@@ -7,6 +7,7 @@ USAGE = """usage: python -m course <command> [args]
 
 commands:
   bench <chapter> --workload <name> [--json]   a chapter's engine, cache off vs on, in one process
+  report [--write] [chapter ...]               the READMEs' result tables and plots, from results/*.json
   homework start|check <chapter> ...           student copies and per-task grading
   homework release DIR [--chapters ...]        a student edition of the course (no solutions)
   workloads                                    the shared workloads and their token counts
@@ -21,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "bench":
         from .bench import main as run
+    elif command == "report":
+        from .report import main as run
     elif command == "homework":
         from .homework import main as run
     elif command == "workloads":

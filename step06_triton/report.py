@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
+
+from course import report as course_report
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
@@ -138,14 +139,8 @@ def plot(res: dict, out: Path = RESULTS / "roofline.svg") -> None:
     plt.close(fig)
 
 
-BLOCK = re.compile(re.escape(BEGIN) + r"\n(.*?)" + re.escape(END), re.S)
-
-
 def readme_block(readme: str) -> str:
-    match = BLOCK.search(readme)
-    if not match:
-        raise ValueError(f"README.md has no {BEGIN} ... {END} block")
-    return match.group(1)
+    return course_report.readme_block(readme, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     text = tables(res)
     print(text)
     if args.write:
-        readme = README.read_text()
-        readme_block(readme)  # fails loudly if the markers are gone
-        README.write_text(BLOCK.sub(lambda _: f"{BEGIN}\n{text}{END}", readme))
+        course_report.write_block(README, text, BEGIN, END)
         plot(res)
     return 0
 

@@ -1,0 +1,376 @@
+"""`python -m course report [--write] [CHAPTER ...]`: every chapter's measured results, drawn from its data.
+
+`make bench` leaves one JSON per run in each chapter's `results/` folder (see course/results.py). This module
+turns those files into the markdown tables each README shows between its `results` markers, and into the
+plots beside them (`results/*.svg`). Without `--write` it prints the markdown; with it, it rewrites the
+READMEs' blocks and redraws the plots. Nothing here measures: rerun `make bench` for new numbers.
+
+Which baseline each ratio uses is said next to it: Hugging Face always runs with its default attention
+(SDPA); for throughput it is `generate` with all requests in one left-padded batch.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from . import results
+from .paths import REPO_ROOT
+
+BEGIN = "<!-- results:begin (python -m course report --write) -->"
+END = "<!-- results:end -->"
+WORKLOADS = ("short", "long", "shared_prefix", "diverge")
+DESIGNS = {"step03": "hash (ch. 3, 16-token blocks)", "step04": "radix (ch. 4, 1-token slots)",
+           "step05": "bridge (ch. 5, 16-token blocks)"}
+COLORS = {"off": "tab:gray", "on": "tab:red", "hf": "tab:blue", "recipe": "tab:cyan", "step03": "tab:orange",
+          "step04": "tab:green", "step05": "tab:red", "contiguous": "tab:gray", "batched": "tab:blue"}
+
+
+class MissingResults(Exception):
+    """A chapter's results/*.json are not there yet: run `make bench` (or the command named)."""
+
+
+def need(chapter: str, name: str) -> dict:
+    record = results.load(chapter, name)
+    if record is None:
+        raise MissingResults(f"{results.results_path(chapter, name).relative_to(REPO_ROOT)} is missing: run "
+                             f"`make bench` (or its line for {chapter})")
+    return record
+
+
+def provenance(records: list[dict]) -> str:
+    """One line per distinct machine: what, when, how loaded, and the commands that wrote the files."""
+    m = records[0]["machine"]
+    dates = sorted({r["date"][:10] for r in records})
+    loads = [r["machine"]["load_avg_1m_at_start"] for r in records] + \
+        [r["machine"].get("load_avg_1m_at_end", 0) for r in records]
+    commands = ", ".join(f"`{r['command']}`" for r in records)
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return (f"Measured on {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), torch {m['torch']}, "
+            f"transformers {m['transformers']}, fp32, SmolLM2-135M-Instruct, greedy, on {when}; 1-minute load "
+            f"average {min(loads)}-{max(loads)} during the runs. "
+            f"Written by {commands}; `python -m course report --write` drew this block.")
+
+
+def fmt(x, digits: int = 3) -> str:
+    if isinstance(x, bool):
+        return "yes" if x else "**no**"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
+        ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+
+
+# ---- plots ---------------------------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "kvcourse"  # deterministic ids, so a redraw of the same data diffs clean
+    return plt
+
+
+def save_svg(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Date": None})
+    _plt().close(fig)
+
+
+def plot_decode_cost(rec: dict):
+    """Chapter 1: one decode step's cost against the context: recomputing grows, reading the cache stays flat."""
+    plt = _plt()
+    rows = rec["figures"]["decode_step_ms"]
+    ctx = [r["context"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for key, label, color in (("cache_off", "no cache: recompute all n tokens", COLORS["off"]),
+                              ("cache_on", "KV cache (ours): one token, read n cached K/V", COLORS["on"]),
+                              ("hf_cache_on", "Hugging Face, DynamicCache, SDPA", COLORS["hf"])):
+        ax.plot(ctx, [r[key] for r in rows], "o-", label=label, color=color)
+    ax.set(xlabel="context length n (tokens)", ylabel="ms per decode step",
+           title="One decode step, batch 1, SmolLM2-135M on the CPU")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_throughput_and_memory(rec: dict):
+    """Chapter 2: tokens/s of the contenders, and the KV memory held at every engine step."""
+    plt = _plt()
+    f = rec["figures"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8))
+    names = ["paged engine\n(all at once)", "HF generate\nbatched, padded", "HF generate\none by one",
+             "chapter 1\none by one"]
+    vals = [f["tokens_per_s"], f["hf_batched_tokens_per_s"], f["hf_tokens_per_s"], f["step01_tokens_per_s"]]
+    ax.bar(names, vals, color=[COLORS["on"], COLORS["hf"], COLORS["recipe"], COLORS["off"]])
+    ax.set(ylabel="generated tokens / s", title=f"{f['requests']} ragged requests ({f['workload']})")
+    ax.tick_params(axis="x", labelsize=8)
+    mem = f["kv_mib_per_step"]
+    for key, label, color in (("paged", "paged pool: blocks held", COLORS["on"]),
+                              ("contiguous", "contiguous: prompt + max_new per request", COLORS["contiguous"]),
+                              ("hf_batched", "HF padded batch: every row as long as the longest", COLORS["hf"])):
+        bx.plot(range(1, len(mem[key]) + 1), mem[key], label=label, color=color)
+    bx.set(xlabel="step", ylabel="KV cache held (MiB)", title="KV memory per step, same requests")
+    bx.legend(fontsize=8)
+    bx.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_ttft(chapter: str, recs: dict[str, dict]):
+    """Chapters 3-5: time to first token, cold and warm, our cache off and on, next to Hugging Face's two."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(recs), figsize=(3.1 * len(recs), 3.8), squeeze=False)
+    bars = (("ttft_cold_off_s", "cold, cache off", COLORS["off"], ""),
+            ("ttft_cold_on_s", "cold, cache on", COLORS["on"], ""),
+            ("hf_ttft_cold_s", "cold, HF", COLORS["hf"], ""),
+            ("ttft_off_warm_median_s", "warm, cache off", COLORS["off"], "//"),
+            ("ttft_on_warm_median_s", "warm, cache on", COLORS["on"], "//"),
+            ("hf_nocache_ttft_warm_median_s", "warm, HF no cache", COLORS["hf"], "//"),
+            ("hf_recipe_ttft_warm_median_s", "warm, HF prompt-cache recipe", COLORS["recipe"], "//"))
+    for ax, (name, rec) in zip(axes[0], recs.items()):
+        f = rec["figures"]
+        for i, (key, label, color, hatch) in enumerate(bars):
+            ax.bar(i, f[key] * 1e3, color=color, hatch=hatch, edgecolor="black", lw=0.4, label=label)
+        ax.set(yscale="log", title=name, xticks=[])
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("time to first token (ms, log)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.suptitle(f"{chapter}: TTFT per workload (warm = median over the requests after the first)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def plot_hit_rates(by_chapter: dict[str, dict[str, dict]]):
+    """Hit rate of each design on each workload (cached prompt tokens / prompt tokens, over every round)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.8, 3.6))
+    width = 0.8 / len(by_chapter)
+    for i, (chapter, recs) in enumerate(by_chapter.items()):
+        xs = [j + (i - (len(by_chapter) - 1) / 2) * width for j in range(len(WORKLOADS))]
+        ax.bar(xs, [recs[w]["figures"]["hit_rate"] for w in WORKLOADS], width, label=DESIGNS[chapter],
+               color=COLORS[chapter])
+    ax.set_xticks(range(len(WORKLOADS)), WORKLOADS)
+    ax.set(ylabel="hit rate (cached / prompt tokens)", ylim=(0, 1), title="Prompt tokens reused, per design")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_block_sizes(rec: dict):
+    """Chapter 5: the bridge's (and the hash's) hit rate as the block shrinks toward chapter 4's one token."""
+    plt = _plt()
+    f = rec["figures"]
+    sizes = sorted(f["block_sizes"], reverse=True)
+    fig, ax = plt.subplots(figsize=(6.8, 3.6))
+    for j, row in enumerate(f["designs"]):
+        color = plt.rcParams["axes.prop_cycle"].by_key()["color"][j]
+        rate = lambda design, row=row: row[design]["cached_tokens"] / row["prompt_tokens"]  # noqa: E731
+        ax.plot([str(b) for b in sizes], [rate(f"bridge bs={b}") for b in sizes], "o-", color=color,
+                label=f"{row['workload']}: bridge")
+        ax.plot([str(b) for b in sizes], [rate(f"hash bs={b}") for b in sizes], "x--", color=color, alpha=0.6)
+        ax.plot([str(sizes[-1])], [rate("radix (ch. 4)")], "*", ms=12, color=color)
+    ax.set(xlabel="block size (tokens)", ylabel="hit rate", ylim=(0, 1),
+           title="Reuse vs block size (o bridge, x hash, * chapter 4's slot tree)")
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ---- the READMEs' blocks --------------------------------------------------------------------------------------
+Rendered = tuple[str, dict[str, Callable]]  # markdown, {plot file name: figure builder}
+
+
+def step01() -> Rendered:
+    rec = need("step01", "single")
+    f = rec["figures"]
+    lines = [provenance([rec]), "",
+             f"**Decode speed at batch 1** ({f['prompt_tokens']}-token prompt, {f['new_tokens']} new tokens, best of "
+             "3 interleaved rounds). Hugging Face is `generate` with its default attention, SDPA.", ""]
+    lines += table(["cache on (tokens/s)", "cache off", "HF generate", "cache on / off", "ours / HF",
+                    "same tokens (on, off, HF)"],
+                   [[f["tokens_per_s_cache_on"], f["tokens_per_s_cache_off"], f["hf_tokens_per_s"],
+                     f"{f['speedup_cache']}x", f"{f['speedup_vs_hf']}x", f["outputs_identical"]]])
+    lines += ["", "**One decode step against the context length** (best of 3; random token ids):", "",
+              "![decode cost against context length](results/decode_cost.svg)", ""]
+    lines += table(["context", "cache on (ms)", "cache off (ms)", "HF, cache (ms)", "off / on"],
+                   [[r["context"], r["cache_on"], r["cache_off"], r["hf_cache_on"],
+                     f"{r['cache_off'] / r['cache_on']:.1f}x"] for r in f["decode_step_ms"]])
+    return "\n".join(lines) + "\n", {"decode_cost.svg": lambda: plot_decode_cost(rec)}
+
+
+def step02() -> Rendered:
+    rec = need("step02", "batch")
+    f = rec["figures"]
+    lines = [provenance([rec]), "",
+             f"**Throughput**: the `{f['workload']}` workload, {f['requests']} ragged requests "
+             f"({f['prompt_tokens']} prompt tokens, {f['new_tokens']} generated, greedy, stopping at end of turn), "
+             "best of 3 interleaved rounds. Every contender is credited with each request's own tokens only. "
+             "Hugging Face uses SDPA; its fair baseline is the batched call.", "",
+             "![throughput and KV memory per step](results/throughput_memory.svg)", ""]
+    lines += table(["contender", "tokens/s", "engine's speed-up over it"],
+                   [["paged engine, continuous batching", f["tokens_per_s"], "-"],
+                    ["HF `generate`, all requests in one left-padded batch", f["hf_batched_tokens_per_s"],
+                     f"{f['speedup_vs_hf_batched']}x"],
+                    ["HF `generate`, one request at a time", f["hf_tokens_per_s"], f"{f['speedup_vs_hf']}x"],
+                    ["chapter 1's `generate`, one at a time", f["step01_tokens_per_s"], f"{f['speedup_vs_step01']}x"]])
+    mem = f["kv_mib_per_step"]
+    lines += ["", f"Same tokens as HF one by one and chapter 1: {fmt(f['outputs_identical'])}; as HF's padded batch: "
+              f"{fmt(f['hf_batched_outputs_identical'])} (padding changes fp32 sums slightly, so a near-tie may flip).",
+              "", "**KV memory** over the engine's {} steps:".format(f["steps"]), ""]
+    lines += table(["", "peak (MiB)", "allocated but unfilled"],
+                   [["paged pool (blocks of 16)", max(mem["paged"]), f"{f['kv_waste_fraction']:.1%}"],
+                    ["contiguous buffers, prompt + max_new_tokens each", max(mem["contiguous"]),
+                     f"{f['contiguous_waste_fraction']:.1%}"],
+                    ["HF's padded batch", max(mem["hf_batched"]), "-"]])
+    return "\n".join(lines) + "\n", {"throughput_memory.svg": lambda: plot_throughput_and_memory(rec)}
+
+
+def prefix_records(chapter: str) -> dict[str, dict]:
+    return {w: need(chapter, w) for w in WORKLOADS}
+
+
+def step_prefix(chapter: str) -> Rendered:
+    """Chapters 3, 4 and 5 share one table: the same bench, the same workloads, the same baselines."""
+    recs = prefix_records(chapter)
+    lines = [provenance(list(recs.values())), "",
+             "Every workload runs sequentially through the engine with the cache off and on, then through Hugging "
+             "Face `generate` (SDPA) without a cache and with its prompt-cache recipe (the prefix all requests "
+             "share, prefilled once and deep-copied per request), all in one process. *Cold* is the first "
+             "request; *warm* the median of the rest.", "",
+             "![time to first token per workload](results/ttft.svg)", ""]
+    rows = []
+    for w, rec in recs.items():
+        f = rec["figures"]
+        pair = lambda a, b, f=f: f"{f[a]:.3g} / {f[b]:.3g}"  # noqa: E731
+        rows.append([f"`{w}`", f"{f['hit_rate']:.3f}", pair("ttft_cold_off_s", "ttft_cold_on_s"),
+                     f"{f['hf_ttft_cold_s']:.3g}", pair("ttft_off_warm_median_s", "ttft_on_warm_median_s"),
+                     pair("hf_nocache_ttft_warm_median_s", "hf_recipe_ttft_warm_median_s"),
+                     f"{f['speedup_warm']}x (bound {f['speedup_bound']}x)", f"{f['warm_ttft_vs_hf_recipe']}x",
+                     f"{f['kv_peak_bytes_off'] / 2**20:.0f} / {f['kv_peak_bytes_on'] / 2**20:.0f}",
+                     f["outputs_identical"] and f["hf_first_tokens_match"]])
+    lines += table(["workload", "hit rate", "cold TTFT off / on (s)", "cold, HF (s)", "warm TTFT off / on (s)",
+                    "warm, HF no cache / recipe (s)", "warm on vs off", "warm vs HF recipe", "KV peak off / on (MiB)",
+                    "same tokens"], rows)
+    lines += ["", "*warm on vs off* is our engine against itself; *warm vs HF recipe* is the recipe's warm TTFT "
+              "over ours (above 1: ours is faster). *same tokens*: cache on = cache off, and HF's first tokens = ours."]
+    plots = {"ttft.svg": lambda: plot_ttft(chapter, recs)}
+    return "\n".join(lines) + "\n", plots
+
+
+def step03() -> Rendered:
+    text, plots = step_prefix("step03")
+    f = need("step03", "long")["figures"]
+    text += (f"\nHashing a prompt into its chain of SHA-256 block hashes costs {f['hash_us_per_token']} µs per token "
+             f"(Python's built-in `hash` of the same tuples: {f['hash_builtin_us_per_token']} µs); looking up an "
+             f"already hashed 2k-token prompt takes {f['lookup_2k_ms']} ms.\n")
+    return text, plots
+
+
+def step04() -> Rendered:
+    text, plots = step_prefix("step04")
+    by = {c: prefix_records(c) for c in ("step03", "step04")}
+    f = need("step04", "long")["figures"]
+    text += ("\n**Hash against radix**, the same requests (chapter 3's block hash at 16 tokens, this chapter's tree "
+             "at 1):\n\n![hit rate per design](results/hit_rate.svg)\n\n")
+    text += "\n".join(table(["workload", "prompt tokens", "cached: hash", "cached: radix"],
+                            [[f"`{w}`", by["step04"][w]["figures"]["prompt_tokens"],
+                              by["step03"][w]["figures"]["cached_tokens"], by["step04"][w]["figures"]["cached_tokens"]]
+                             for w in WORKLOADS]))
+    text += (f"\n\nThe tree's own work for one request of `long`'s shape ({f['bookkeeping_tokens']} tokens: "
+             f"match, lock, insert, unlock): median {f['bookkeeping_us_median']} µs (match "
+             f"{f['bookkeeping_match_us']}, lock {f['bookkeeping_lock_us']}, insert {f['bookkeeping_insert_us']}, "
+             f"unlock {f['bookkeeping_unlock_us']}).\n")
+    plots["hit_rate.svg"] = lambda: plot_hit_rates(by)
+    return text, plots
+
+
+def step05() -> Rendered:
+    text, plots = step_prefix("step05")
+    by = {c: prefix_records(c) for c in ("step03", "step04", "step05")}
+    d = need("step05", "designs")
+    rows = d["figures"]["designs"]
+    names = [k for k in rows[0] if k not in ("workload", "prompt_tokens")]
+    text += ("\n**The three designs**, same requests, hit rate as the engines measured it above:\n\n"
+             "![hit rate per design](results/hit_rate.svg)\n\n"
+             f"**Block size**, without the model ({provenance([d])}): prompt tokens each design reuses on every "
+             "workload, and the cache manager's bookkeeping per warm request (admit, publish or insert, free).\n\n"
+             "![hit rate against block size](results/block_size.svg)\n\n")
+    text += "\n".join(table(["design"] + [f"`{r['workload']}` cached / µs" for r in rows],
+                            [[n] + [f"{r[n]['cached_tokens']} / {r[n]['bookkeeping_us']}" for r in rows]
+                             for n in names])) + "\n"
+    plots["hit_rate.svg"] = lambda: plot_hit_rates(by)
+    plots["block_size.svg"] = lambda: plot_block_sizes(d)
+    return text, plots
+
+
+CHAPTERS: dict[str, Callable[[], Rendered]] = {"step01": step01, "step02": step02, "step03": step03,
+                                                "step04": step04, "step05": step05}
+
+
+# ---- writing ---------------------------------------------------------------------------------------------------
+def _block(begin: str, end: str) -> re.Pattern:
+    return re.compile(re.escape(begin) + r"\n(.*?)" + re.escape(end), re.S)
+
+
+def readme_block(readme: str, begin: str = BEGIN, end: str = END) -> str:
+    """The text between a README's results markers (a ValueError names the markers if they are gone)."""
+    match = _block(begin, end).search(readme)
+    if not match:
+        raise ValueError(f"no {begin} ... {end} block")
+    return match.group(1)
+
+
+def write_block(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
+    readme = path.read_text()
+    readme_block(readme, begin, end)  # fails loudly if the markers are gone
+    path.write_text(_block(begin, end).sub(lambda _: f"{begin}\n{text}{end}", readme))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m course report", description=__doc__.splitlines()[0])
+    p.add_argument("chapters", nargs="*", help=f"default: all of {', '.join(CHAPTERS)} and step06")
+    p.add_argument("--write", action="store_true", help="rewrite the READMEs' results blocks and redraw the plots")
+    args = p.parse_args(argv)
+    chosen = [c.split("_")[0] for c in args.chapters] or [*CHAPTERS, "step06"]
+    unknown = [c for c in chosen if c not in CHAPTERS and c != "step06"]
+    if unknown:
+        p.error(f"no report for {', '.join(unknown)}; choose from {', '.join(CHAPTERS)}, step06")
+    failed = 0
+    for chapter in chosen:
+        if chapter == "step06":
+            from step06_triton import report as gpu
+
+            print(gpu.tables(gpu.load()))
+            if args.write:
+                gpu.main(["--write"])
+            continue
+        try:
+            text, plots = CHAPTERS[chapter]()
+        except MissingResults as e:
+            print(f"{chapter}: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"## {chapter}\n{text}")
+        if args.write:
+            folder = results.chapter_dir(chapter)
+            write_block(folder / "README.md", text)
+            for name, draw in plots.items():
+                save_svg(draw(), folder / "results" / name)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
