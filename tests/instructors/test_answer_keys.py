@@ -262,6 +262,27 @@ def test_step05_q7_references_at_block_size_one():
     says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}")
 
 
+def test_step05_q8_the_textbook_split_repaired():
+    from step05_bridge.block_radix_tree import BlockRadixTree
+
+    first, second = list(range(1, 49)), list(range(1, 21)) + list(range(100, 112))  # they part at token 20
+    tree = BlockRadixTree(16)
+    tree.insert(first, [100, 101, 102])
+    reused, _ = tree.match_prefix(second)
+    tree.insert(second, reused + [200])
+    upper = tree.root.children[first[0]]
+    mine, theirs = upper.children[first[20]], upper.children[second[20]]
+    assert (len(upper.key), len(mine.key), len(theirs.key)) == (20, 28, 12)
+    assert (tree.span(0, 20), tree.span(20, 48), tree.span(20, 32)) == (len(upper.value), len(mine.value),
+                                                                      len(theirs.value))
+    repeat, _ = tree.match_prefix(first + [999])
+    offset = len(upper.key) % tree.block_size  # where the first prompt's branch starts inside block 101
+    says("step05", 8, f"**block {upper.value[0]}**", f"`span(0, 20) = {tree.span(0, 20)}`",
+         f"**blocks {mine.value[0]} and {mine.value[1]}**", f"`span(20, 48) = {tree.span(20, 48)}`",
+         f"**block {theirs.value[0]}**", f"`span(20, 32) = {tree.span(20, 32)}`", f"**offset {offset}**",
+         f"all **{len(repeat) * 16}** tokens instead of {len(reused) * 16}", f"**{20 - len(reused) * 16}** of the 20")
+
+
 # ---------------------------------------------------------------- chapter 6
 
 
