@@ -207,18 +207,39 @@ def test_step03_q6_hashing_against_prefill():
 # ---------------------------------------------------------------- chapter 4
 
 
+def _twenty_shared_tokens() -> tuple[list[int], list[int]]:
+    """Two 32-token prompts that share their first 20 tokens."""
+    return list(range(1, 33)), list(range(1, 21)) + list(range(100, 112))
+
+
+def _hash_hit(a: list[int], b: list[int], block_size: int = 16) -> int:
+    """Tokens of `b` that chapter 3's chained block hashes find once `a` is cached."""
+    from step03_prefix_hash.block_hash import hash_token_blocks
+
+    hits = 0
+    for ha, hb in zip(hash_token_blocks(a, block_size), hash_token_blocks(b[:-1], block_size)):  # last token: computed
+        if ha != hb:
+            break
+        hits += 1
+    return hits * block_size
+
+
 def test_step04_q1_twenty_shared_tokens():
     from step04_radix.radix_tree import RadixTree
-    from step05_bridge.block_radix_tree import BlockRadixTree
 
-    a, b = list(range(1, 33)), list(range(1, 21)) + list(range(100, 112))
-    tokens = RadixTree()
-    tokens.insert(a, list(range(32)))
-    blocks = BlockRadixTree(16)
-    blocks.insert(a, [7, 8])
-    token_hit = len(tokens.match_prefix(b)[0])
-    block_hit = len(blocks.match_prefix(b)[0]) * 16
-    says("step04", 1, f"reuses **{block_hit}**", f"**offset {token_hit % 16}**", f"all **{token_hit}**")
+    a, b = _twenty_shared_tokens()
+    tree = RadixTree()
+    tree.insert(a, list(range(32)))
+    token_hit = len(tree.match_prefix(b)[0])
+    tree.insert(b, list(range(32, 64)))
+    upper = tree.root.children[a[0]]
+    assert len(upper.key) == token_hit and set(upper.children) == {a[token_hit], b[token_hit]}
+    says("step04", 1, f"reuses **{_hash_hit(a, b)}**", f"all **{token_hit}**", f"[0, {len(upper.key)})")
+
+
+def test_step04_q3_what_a_block_boundary_costs():
+    a, b = _twenty_shared_tokens()
+    says("step04", 3, f"**{20 - _hash_hit(a, b)}** of the 20")
 
 
 # ---------------------------------------------------------------- chapter 5
@@ -260,6 +281,27 @@ def test_step05_q7_references_at_block_size_one():
     _, radix_locks = counts["RadixKVCacheManager"]
     assert bridge_refs == len(prompt) * 9
     says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}")
+
+
+def test_step05_q8_the_textbook_split_repaired():
+    from step05_bridge.block_radix_tree import BlockRadixTree
+
+    first, second = list(range(1, 49)), list(range(1, 21)) + list(range(100, 112))  # they part at token 20
+    tree = BlockRadixTree(16)
+    tree.insert(first, [100, 101, 102])
+    reused, _ = tree.match_prefix(second)
+    tree.insert(second, reused + [200])
+    upper = tree.root.children[first[0]]
+    mine, theirs = upper.children[first[20]], upper.children[second[20]]
+    assert (len(upper.key), len(mine.key), len(theirs.key)) == (20, 28, 12)
+    assert (tree.span(0, 20), tree.span(20, 48), tree.span(20, 32)) == (len(upper.value), len(mine.value),
+                                                                      len(theirs.value))
+    repeat, _ = tree.match_prefix(first + [999])
+    offset = len(upper.key) % tree.block_size  # where the first prompt's branch starts inside block 101
+    says("step05", 8, f"**block {upper.value[0]}**", f"`span(0, 20) = {tree.span(0, 20)}`",
+         f"**blocks {mine.value[0]} and {mine.value[1]}**", f"`span(20, 48) = {tree.span(20, 48)}`",
+         f"**block {theirs.value[0]}**", f"`span(20, 32) = {tree.span(20, 32)}`", f"**offset {offset}**",
+         f"all **{len(repeat) * 16}** tokens instead of {len(reused) * 16}", f"**{20 - len(reused) * 16}** of the 20")
 
 
 # ---------------------------------------------------------------- chapter 6
