@@ -54,11 +54,11 @@ def provenance(records: list[dict]) -> str:
             f"Written by {commands}; `python -m course report --write` drew this block.")
 
 
-def fmt(x, digits: int = 3) -> str:
+def fmt(x, digits: int = 4) -> str:
     if isinstance(x, bool):
         return "yes" if x else "**no**"
     if isinstance(x, float):
-        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
+        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"  # 3 significant digits, or whole thousands
     return f"{x:,}" if isinstance(x, int) else str(x)
 
 
@@ -70,9 +70,7 @@ def table(header: list[str], rows: list[list]) -> list[str]:
 # ---- plots ---------------------------------------------------------------------------------------------------
 
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """pyplot, without choosing a backend: a script gets a headless one, a notebook keeps its inline one."""
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.hashsalt"] = "kvcourse"  # deterministic ids, so a redraw of the same data diffs clean
@@ -316,6 +314,52 @@ def step05() -> Rendered:
     return text, plots
 
 
+def overview() -> str:
+    """The root README's table: one headline per chapter, each from the same files as the chapter's block."""
+    one = need("step01", "single")["figures"]
+    big = one["decode_step_ms"][-1]
+    two = need("step02", "batch")["figures"]
+    p3, p4 = prefix_records("step03"), prefix_records("step04")
+    long3, long5 = p3["long"]["figures"], need("step05", "long")["figures"]
+    d3, d4 = p3["diverge"]["figures"], p4["diverge"]["figures"]
+    designs = {r["workload"]: r for r in need("step05", "designs")["figures"]["designs"]}
+    dl = designs["long"]
+    from step06_triton import report as gpu
+
+    g = gpu.load()
+    dec = next(r for r in g["kernels"]["decode"] if (r["batch"], r["context"], r["block_size"]) == (64, 4096, 16))
+    goal = g["engine"]["goal"]
+    rows = [
+        ["1", "[results](step01_kvcache/README.md#measured-here)",
+         f"one decode step at {big['context']} tokens of context: {big['cache_on']} ms with the cache, "
+         f"{big['cache_off']} ms recomputing; decode {one['speedup_vs_hf']}x Hugging Face `generate` (SDPA), "
+         f"same tokens: {fmt(one['outputs_identical'])}"],
+        ["2", "[results](step02_paged/README.md#measured-here)",
+         f"{two['requests']} ragged requests: continuous batching {two['speedup_vs_hf_batched']}x HF `generate` "
+         f"batched (SDPA), {two['speedup_vs_hf']}x HF one by one; unfilled KV {two['kv_waste_fraction']:.1%} paged "
+         f"vs {two['contiguous_waste_fraction']:.1%} contiguous"],
+        ["3", "[results](step03_prefix_hash/README.md#measured-here)",
+         f"`long`: hit rate {long3['hit_rate']:.3f}, warm TTFT {long3['ttft_off_warm_median_s']:.3g} s → "
+         f"{long3['ttft_on_warm_median_s']:.3g} s ({long3['speedup_warm']}x, bound {long3['speedup_bound']}x); HF's "
+         f"prompt-cache recipe / ours {long3['warm_ttft_vs_hf_recipe']}x"],
+        ["4", "[results](step04_radix/README.md#measured-here)",
+         f"`diverge`: the token tree reuses {d4['cached_tokens']} prompt tokens where chapter 3's 16-token hash "
+         f"reuses {d3['cached_tokens']}; `long` warm TTFT {p4['long']['figures']['speedup_warm']}x"],
+        ["5", "[results](step05_bridge/README.md#measured-here)",
+         f"the bridge reuses what the hash reuses at the same block size (`long`, 16: "
+         f"{dl['bridge bs=16']['cached_tokens']} vs {dl['hash bs=16']['cached_tokens']} tokens) and chapter 4's at "
+         f"block size 1; `long` warm TTFT {long5['speedup_warm']}x"],
+        ["6", "[results](step06_triton/README.md#measured-here)",
+         f"{g['machine']['gpu']}: paged decode 64 x 4096, bf16, {dec['triton_tb_s']} TB/s against a "
+         f"{g['kernels']['ceilings']['copy_tb_s']} TB/s copy; the engine {goal['measured']} tokens/s against HF "
+         f"static-cache `generate` {goal['hf_static']} ({'met' if goal['met'] else 'goal missed'})"],
+    ]
+    return "\n".join(["Every figure below is drawn from the chapters' `results/*.json` by `python -m course "
+                      "report --write`; `make bench` (CPU, chapters 1-5) and chapter 6's GPU command write them. "
+                      "Each chapter's block says on which machine, when, and under what load.", ""]
+                     + table(["chapter", "tables and plots", "headline"], rows)) + "\n"
+
+
 CHAPTERS: dict[str, Callable[[], Rendered]] = {"step01": step01, "step02": step02, "step03": step03,
                                                 "step04": step04, "step05": step05}
 
@@ -369,6 +413,11 @@ def main(argv: list[str] | None = None) -> int:
             write_block(folder / "README.md", text)
             for name, draw in plots.items():
                 save_svg(draw(), folder / "results" / name)
+    if not args.chapters and not failed:
+        text = overview()
+        print(f"## overview\n{text}")
+        if args.write:
+            write_block(REPO_ROOT / "README.md", text)
     return 1 if failed else 0
 
 

@@ -1,0 +1,64 @@
+"""Every number in a README comes from data: each chapter's results block is exactly what `python -m course
+report` draws from the committed results/*.json, its plots are committed next to the data, and a missing
+file is a clear error that names the command to run."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from course import report, results
+from course.paths import REPO_ROOT
+
+STALE = "is stale: run `python -m course report --write` (or `make bench` for new numbers)"
+
+
+@pytest.mark.parametrize("chapter", list(report.CHAPTERS))
+def test_chapter_block_is_the_reports_output(chapter):
+    readme = results.chapter_dir(chapter) / "README.md"
+    text, plots = report.CHAPTERS[chapter]()
+    assert report.readme_block(readme.read_text()) == text, f"{readme.relative_to(REPO_ROOT)}'s results block {STALE}"
+    for name in plots:
+        assert f"](results/{name})" in text, f"{chapter}: plot {name} is drawn but not shown"
+        assert (results.chapter_dir(chapter) / "results" / name).is_file(), f"results/{name} {STALE}"
+
+
+def test_root_overview_is_the_reports_output():
+    assert report.readme_block((REPO_ROOT / "README.md").read_text()) == report.overview(), f"README.md {STALE}"
+
+
+@pytest.mark.parametrize("chapter", list(report.CHAPTERS))
+def test_plots_draw_from_the_data(chapter, tmp_path):
+    _, plots = report.CHAPTERS[chapter]()
+    for name, draw in plots.items():
+        report.save_svg(draw(), tmp_path / name)
+        svg = (tmp_path / name).read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg and len(svg) < 400_000
+
+
+def test_every_saved_run_names_its_machine_and_command():
+    for path in sorted(REPO_ROOT.glob("step0[1-5]_*/results/*.json")):
+        record = results.load(path.parent.parent.name, path.stem)
+        assert re.fullmatch(r"step0[1-5]", record["chapter"]), path
+        assert record["command"].startswith("python -m "), path
+        assert {"cpu", "cores", "torch", "load_avg_1m_at_start", "load_avg_1m_at_end"} <= set(record["machine"]), path
+
+
+def test_hugging_face_baselines_are_sdpa():
+    for path in sorted(REPO_ROOT.glob("step0[1-5]_*/results/*.json")):
+        figures = results.load(path.parent.parent.name, path.stem)["figures"]
+        if any(k.startswith("hf_") for k in figures):
+            assert figures["hf_attention"] == "sdpa", path
+
+
+def test_missing_results_name_the_command(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "chapter_dir", lambda chapter: tmp_path)
+    monkeypatch.setattr(report, "REPO_ROOT", tmp_path.parent)
+    with pytest.raises(report.MissingResults, match="make bench"):
+        report.step01()
+
+
+def test_unknown_chapter_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        report.main(["step09"])
+    assert "no report for step09" in capsys.readouterr().err
