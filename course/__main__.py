@@ -1,4 +1,4 @@
-"""`python -m course <command>`: bench, homework, workloads."""
+"""`python -m course <command>`: bench, figures, homework, workloads."""
 from __future__ import annotations
 
 import sys
@@ -7,6 +7,7 @@ USAGE = """usage: python -m course <command> [args]
 
 commands:
   bench <chapter> --workload <name> [--json]   a chapter's engine, cache off vs on, in one process
+  figures [--check] [<chapter> ...]            the lessons' pictures, drawn by the chapters' code (stepNN_x/figures/)
   homework start|check <chapter> ...           student copies and per-task grading
   homework release DIR [--chapters ...]        a student edition of the course (no solutions)
   workloads                                    the shared workloads and their token counts
@@ -21,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "bench":
         from .bench import main as run
+    elif command == "figures":
+        from .figures import main as run
     elif command == "homework":
         from .homework import main as run
     elif command == "workloads":

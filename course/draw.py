@@ -1,7 +1,9 @@
 """Drawing helpers: deterministic graphviz DOT source, rendered to SVG when the `dot` binary exists.
 
 Cache structures build DOT text with `Dot` (no graphviz needed, so tests can compare strings); the
-notebooks call `show()`, which renders SVG through `dot` or falls back to the DOT text itself.
+notebooks call `show()`, which renders SVG through `dot` or falls back to the DOT text itself. The lesson
+figures (`python -m course figures`) run the chapters' structures on token ids of a toy vocabulary, `WORDS`,
+so that a picture reads as text without a tokenizer.
 """
 from __future__ import annotations
 
@@ -43,6 +45,24 @@ class Dot:
 
     def source(self) -> str:
         return "\n".join(self.lines + ["}"]) + "\n"
+
+
+# One token per word: the lesson figures' requests, a chat with a shared system prompt, need no more than this.
+WORDS = ("<s>", "system", "user", "You", "are", "a", "helpful", "assistant", ".", "What", "is", "2+2", "3+3",
+         "5+5", "?", "It", "4", "6", "10")
+
+
+def word_ids(text: str) -> list[int]:
+    """Token ids of space-separated words of `WORDS` (a figure's prompt, written as text)."""
+    unknown = [w for w in text.split() if w not in WORDS]
+    if unknown:
+        raise ValueError(f"{unknown[0]!r} is not in the figures' toy vocabulary WORDS")
+    return [WORDS.index(w) for w in text.split()]
+
+
+def words(token_ids: list[int]) -> str:
+    """The text of toy token ids: what the pictures print on edges and blocks."""
+    return " ".join(WORDS[t] for t in token_ids)
 
 
 def has_dot() -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from course.draw import Dot
+from course.draw import Dot, words
+from step02_paged.pictures import chat, run_step
 
 from .block_hash import NONE_HASH, BlockHash, short_hash
 from .kv_cache_manager import PrefixCachingKVCacheManager
@@ -127,3 +128,18 @@ def _ranges(ids: list[int]) -> str:
             out.append(str(ids[start]) if i - 1 == start else f"{ids[start]}-{ids[i - 1]}")
             start = i
     return ", ".join(out)
+
+
+def lesson_figures() -> dict[str, str]:
+    """Three chats with one system prompt, 4-token blocks, a 10-block pool. Request 0 runs to its end and
+    frees its blocks, tail first: they stay cached in the free queue. Requests 1 and 2 then hit the system
+    prompt's two blocks (ref 2) and decode side by side."""
+    kv = PrefixCachingKVCacheManager(num_blocks=10, block_size=4)
+    first, answer = chat(kv, 0)
+    for token in answer:
+        run_step(kv, first, token)
+    (b, answer_b), (c, answer_c) = (chat(kv, i) for i in (1, 2))
+    for token_b, token_c in zip(answer_b[:2], answer_c[:2]):
+        run_step(kv, b, token_b)
+        run_step(kv, c, token_c)
+    return {"hash_chain": hash_tree_dot(kv, name="hash_chain", decode=words)}
