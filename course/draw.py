@@ -7,6 +7,7 @@ so that a picture reads as text without a tokenizer.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -70,10 +71,13 @@ def has_dot() -> bool:
 
 
 def render_svg(source: str) -> str | None:
-    """SVG text from DOT source, or None when graphviz's `dot` binary is missing."""
+    """SVG text from DOT source, or None when graphviz's `dot` binary is missing. Without graphviz's comments
+    (its version banner, one per node and edge): nothing a browser draws, and a committed picture then
+    changes less from one graphviz version to the next."""
     if not has_dot():
         return None
-    return subprocess.run(["dot", "-Tsvg"], input=source, capture_output=True, text=True, check=True).stdout
+    svg = subprocess.run(["dot", "-Tsvg"], input=source, capture_output=True, text=True, check=True).stdout
+    return re.sub(r"<!--.*?-->\n?", "", svg, flags=re.S)
 
 
 def show(source: str):

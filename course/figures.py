@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
 import sys
 from pathlib import Path
 
 from .draw import has_dot, render_svg
 from .homework import chapters
 from .paths import REPO_ROOT
-
-_COMMENT = re.compile(r"<!--.*?-->\n?", re.S)  # graphviz's version banner and one comment per node and edge
 
 
 def figures_dir(chapter: str) -> Path:
@@ -67,7 +64,7 @@ def write(chapter: str) -> list[Path]:
         svg = render_svg(source)
         if svg is not None:
             written.append(folder / f"{name}.svg")
-            written[-1].write_text(_COMMENT.sub("", svg))
+            written[-1].write_text(svg)
     return written
 
 
