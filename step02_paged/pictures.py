@@ -79,12 +79,17 @@ def run_step(kv: CacheManager, seq: Sequence, sampled: int) -> None:
     kv.check_invariants()
 
 
+def side_by_side(kv: CacheManager, requests: list[tuple[Sequence, list[int]]], steps: int | None = None) -> None:
+    """`steps` engine steps (default: to the end of the shortest answer) in which each request, a sequence and
+    its answer as `chat` returns them, runs once, in order: its prefill first, then one decode per step."""
+    for step in range(min(len(answer) for _, answer in requests) if steps is None else steps):
+        for seq, answer in requests:
+            run_step(kv, seq, answer[step])
+
+
 def lesson_figures() -> dict[str, str]:
     """Two requests decode side by side in an 8-block pool of 4-token blocks. Each takes a block from the free
     list when its last one is full, so a block table lists whatever blocks were free at the time."""
     kv = KVCacheManager(num_blocks=8, block_size=4)
-    (a, answer_a), (b, answer_b) = (chat(kv, i, system=False, max_new_tokens=8) for i in (0, 1))
-    for token_a, token_b in zip(answer_a, answer_b):
-        run_step(kv, a, token_a)
-        run_step(kv, b, token_b)
+    side_by_side(kv, [chat(kv, i, system=False, max_new_tokens=8) for i in (0, 1)])
     return {"block_tables": block_tables_dot(kv, name="block_tables", row=8)}

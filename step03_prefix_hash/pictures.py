@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from course.draw import Dot, words
-from step02_paged.pictures import chat, run_step
+from step02_paged.cache_manager import CacheManager
+from step02_paged.pictures import chat, side_by_side
 
 from .block_hash import NONE_HASH, BlockHash, short_hash
 from .kv_cache_manager import PrefixCachingKVCacheManager
@@ -130,16 +131,16 @@ def _ranges(ids: list[int]) -> str:
     return ", ".join(out)
 
 
+def three_chats(kv: CacheManager) -> None:
+    """The scenario of this chapter's figure (and chapter 5's): request 0 runs to its end and frees its blocks;
+    then requests 1 and 2, with the same system prompt, are admitted and decode side by side."""
+    side_by_side(kv, [chat(kv, 0)])
+    side_by_side(kv, [chat(kv, 1), chat(kv, 2)], steps=2)
+
+
 def lesson_figures() -> dict[str, str]:
-    """Three chats with one system prompt, 4-token blocks, a 10-block pool. Request 0 runs to its end and
-    frees its blocks, tail first: they stay cached in the free queue. Requests 1 and 2 then hit the system
-    prompt's two blocks (ref 2) and decode side by side."""
+    """Three chats with one system prompt, 4-token blocks, a 10-block pool. Request 0's blocks stay cached in
+    the free queue, tail first; requests 1 and 2 hit the system prompt's two blocks (ref 2)."""
     kv = PrefixCachingKVCacheManager(num_blocks=10, block_size=4)
-    first, answer = chat(kv, 0)
-    for token in answer:
-        run_step(kv, first, token)
-    (b, answer_b), (c, answer_c) = (chat(kv, i) for i in (1, 2))
-    for token_b, token_c in zip(answer_b[:2], answer_c[:2]):
-        run_step(kv, b, token_b)
-        run_step(kv, c, token_c)
+    three_chats(kv)
     return {"hash_chain": hash_tree_dot(kv, name="hash_chain", decode=words)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from course.draw import Dot, words
-from step02_paged.pictures import chat, run_step
+from step02_paged.pictures import chat, side_by_side
 
 from .radix_cache import RadixKVCacheManager
 from .radix_tree import RadixTree, TreeNode
@@ -118,10 +118,7 @@ def lesson_figures() -> dict[str, str]:
     (lock_ref 1). Request 1 shares the system prompt and "user What is": its match ends inside that edge, which
     is split there; the upper node copies lock_ref 1 and request 1's lock makes it 2."""
     kv = RadixKVCacheManager(num_slots=40)
-    first, answer = chat(kv, 0)
-    for token in answer[:2]:
-        run_step(kv, first, token)
+    side_by_side(kv, [chat(kv, 0)], steps=2)
     before = cache_dot(kv, words, name="split_before")
-    second, answer = chat(kv, 1)
-    run_step(kv, second, answer[0])
+    side_by_side(kv, [chat(kv, 1)], steps=1)
     return {"split_before": before, "split_after": cache_dot(kv, words, name="split_after")}

@@ -3,7 +3,7 @@ the pool with every block's ref_count) and as text."""
 from __future__ import annotations
 
 from course.draw import Dot, words
-from step02_paged.pictures import chat, run_step
+from step03_prefix_hash.pictures import three_chats
 from step04_radix.pictures import Decode, draw_tree, tree_text
 
 from .block_radix_tree import BlockRadixTree
@@ -61,15 +61,9 @@ def block_tree_dot(tree: BlockRadixTree, decode: Decode | None = None, name: str
 
 
 def lesson_figures() -> dict[str, str]:
-    """Chapter 3's scenario on the bridge: request 0 runs to its end (its blocks stay, held by the tree alone),
-    then requests 1 and 2 share the system prompt's blocks and decode side by side. Both counts show: the
-    shared node has lock_ref 2, its blocks ref_count 3 (the tree and two requests)."""
+    """Chapter 3's scenario on the bridge: request 0 has finished (its blocks stay, held by the tree alone),
+    requests 1 and 2 share the system prompt's blocks. Both counts show: the shared node has lock_ref 2, its
+    blocks ref_count 3 (the tree and two requests)."""
     kv = PrefixCache(num_blocks=10, block_size=4)
-    first, answer = chat(kv, 0)
-    for token in answer:
-        run_step(kv, first, token)
-    (b, answer_b), (c, answer_c) = (chat(kv, i) for i in (1, 2))
-    for token_b, token_c in zip(answer_b[:2], answer_c[:2]):
-        run_step(kv, b, token_b)
-        run_step(kv, c, token_c)
+    three_chats(kv)
     return {"bridge": bridge_dot(kv, words, name="bridge")}
