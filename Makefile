@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 CHAPTERS := $(sort $(wildcard step0*_*))
 
-.PHONY: setup tour test test-fast bench report notebooks lint clean
+.PHONY: setup tour test test-fast bench report notebooks figures lint clean
 
 .venv/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -44,6 +44,11 @@ notebooks: .venv/.installed
 	@for nb in notebooks/*.ipynb; do echo "executing $$nb"; \
 	  $(PY) -m jupyter nbconvert --to notebook --execute --inplace "$$nb" || exit 1; \
 	done
+
+# Redraw every lesson's pictures from the chapters' own code into stepNN_x/figures/ (commit the result);
+# `python -m course figures --check` lists the stale ones, as tests/test_figures.py does.
+figures: .venv/.installed
+	$(PY) -m course figures
 
 lint: .venv/.installed
 	.venv/bin/ruff check .

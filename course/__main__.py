@@ -1,4 +1,4 @@
-"""`python -m course <command>`: bench, homework, workloads."""
+"""`python -m course <command>`: bench, figures, homework, workloads."""
 from __future__ import annotations
 
 import sys
@@ -8,6 +8,7 @@ USAGE = """usage: python -m course <command> [args]
 commands:
   bench <chapter> --workload <name> [--json]   a chapter's engine, cache off vs on, in one process
   report [--write] [chapter ...]               the READMEs' result tables and plots, from results/*.json
+  figures [--check] [<chapter> ...]            the lessons' pictures, drawn by the chapters' code (stepNN_x/figures/)
   homework start|check <chapter> ...           student copies and per-task grading
   homework release DIR [--chapters ...]        a student edition of the course (no solutions)
   workloads                                    the shared workloads and their token counts
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         from .bench import main as run
     elif command == "report":
         from .report import main as run
+    elif command == "figures":
+        from .figures import main as run
     elif command == "homework":
         from .homework import main as run
     elif command == "workloads":

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from course.draw import Dot
+from course.draw import Dot, words
+from step02_paged.cache_manager import CacheManager
+from step02_paged.pictures import chat, side_by_side
 
 from .block_hash import NONE_HASH, BlockHash, short_hash
 from .kv_cache_manager import PrefixCachingKVCacheManager
@@ -127,3 +129,18 @@ def _ranges(ids: list[int]) -> str:
             out.append(str(ids[start]) if i - 1 == start else f"{ids[start]}-{ids[i - 1]}")
             start = i
     return ", ".join(out)
+
+
+def three_chats(kv: CacheManager) -> None:
+    """The scenario of this chapter's figure (and chapter 5's): request 0 runs to its end and frees its blocks;
+    then requests 1 and 2, with the same system prompt, are admitted and decode side by side."""
+    side_by_side(kv, [chat(kv, 0)])
+    side_by_side(kv, [chat(kv, 1), chat(kv, 2)], steps=2)
+
+
+def lesson_figures() -> dict[str, str]:
+    """Three chats with one system prompt, 4-token blocks, a 10-block pool. Request 0's blocks stay cached in
+    the free queue, tail first; requests 1 and 2 hit the system prompt's two blocks (ref 2)."""
+    kv = PrefixCachingKVCacheManager(num_blocks=10, block_size=4)
+    three_chats(kv)
+    return {"hash_chain": hash_tree_dot(kv, name="hash_chain", decode=words)}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from course.draw import Dot
+from course.draw import Dot, words
+from step02_paged.pictures import chat, side_by_side
 
 from .radix_cache import RadixKVCacheManager
 from .radix_tree import RadixTree, TreeNode
@@ -110,3 +111,14 @@ def occupancy_map(kv: RadixKVCacheManager) -> str:
         for s in kv.private_slots(seq):
             cells[s] = digits[seq.seq_id % 36]
     return "".join(cells)
+
+
+def lesson_figures() -> dict[str, str]:
+    """A split, before and after, in a 40-slot pool. Request 0 is decoding: its prompt is one edge, locked
+    (lock_ref 1). Request 1 shares the system prompt and "user What is": its match ends inside that edge, which
+    is split there; the upper node copies lock_ref 1 and request 1's lock makes it 2."""
+    kv = RadixKVCacheManager(num_slots=40)
+    side_by_side(kv, [chat(kv, 0)], steps=2)
+    before = cache_dot(kv, words, name="split_before")
+    side_by_side(kv, [chat(kv, 1)], steps=1)
+    return {"split_before": before, "split_after": cache_dot(kv, words, name="split_after")}

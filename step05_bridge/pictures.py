@@ -2,7 +2,8 @@
 the pool with every block's ref_count) and as text."""
 from __future__ import annotations
 
-from course.draw import Dot
+from course.draw import Dot, words
+from step03_prefix_hash.pictures import three_chats
 from step04_radix.pictures import Decode, draw_tree, tree_text
 
 from .block_radix_tree import BlockRadixTree
@@ -57,3 +58,12 @@ def block_tree_dot(tree: BlockRadixTree, decode: Decode | None = None, name: str
     dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
     draw_tree(dot, tree, decode, values="blocks")
     return dot.source()
+
+
+def lesson_figures() -> dict[str, str]:
+    """Chapter 3's scenario on the bridge: request 0 has finished (its blocks stay, held by the tree alone),
+    requests 1 and 2 share the system prompt's blocks. Both counts show: the shared node has lock_ref 2, its
+    blocks ref_count 3 (the tree and two requests)."""
+    kv = PrefixCache(num_blocks=10, block_size=4)
+    three_chats(kv)
+    return {"bridge": bridge_dot(kv, words, name="bridge")}

@@ -1,4 +1,4 @@
-"""Pictures of chapter 6 (DOT source; `python -m step06_triton.pictures` writes figures/split_kv.{dot,svg}).
+"""Pictures of chapter 6 (DOT source; `python -m course figures` writes figures/split_kv.{dot,svg}).
 
 `split_kv_dot` draws one sequence's split-KV decode: which program (one per KV head and split) walks which
 tiles of the context, and where each tile's tokens live in the pool through the block table.
@@ -6,11 +6,9 @@ tiles of the context, and where each tile's tokens live in the pool through the 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from course.draw import Dot, render_svg
+from course.draw import Dot
 
-FIGURES = Path(__file__).parent / "figures"
 SPLIT_COLORS = ["#fde293", "#ceead6", "#d2e3fc", "#f6aea9", "#e6d3f5", "#fbd2b4"]
 
 
@@ -53,24 +51,14 @@ def split_kv_dot(block_table: list[int], seq_len: int, block_size: int, num_spli
     return dot.source()
 
 
-def lesson_figure() -> str:
+def lesson_figures() -> dict[str, str]:
     """The README's example: 70 tokens in blocks of 16 scattered over a 10-block pool, 4 splits of 32-token tiles
     (the fourth split gets no keys)."""
-    return split_kv_dot([7, 2, 9, 0, 5], seq_len=70, block_size=16, num_splits=4, block_n=32, num_blocks=10)
+    return {"split_kv": split_kv_dot([7, 2, 9, 0, 5], seq_len=70, block_size=16, num_splits=4, block_n=32,
+                                     num_blocks=10)}
 
 
-def main() -> int:
-    FIGURES.mkdir(exist_ok=True)
-    source = lesson_figure()
-    (FIGURES / "split_kv.dot").write_text(source)
-    svg = render_svg(source)
-    if svg is None:
-        print("graphviz's `dot` is not installed: wrote the DOT source only", file=sys.stderr)
-    else:
-        (FIGURES / "split_kv.svg").write_text(svg)
-    print(f"wrote {FIGURES}/split_kv.dot" + ("" if svg is None else " and split_kv.svg"))
-    return 0
+if __name__ == "__main__":  # the chapter's figures alone: `python -m course figures` draws every chapter's
+    from course.figures import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main([__package__]))
