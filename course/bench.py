@@ -66,7 +66,7 @@ def bench_step01(args: argparse.Namespace) -> dict:
         best, outs = interleaved_best(runs, repeats=args.repeats)
         contexts = args.contexts or [16, 64, 256, 512, 1024]
         costs = step_costs(model, contexts, repeats=args.repeats)
-        hf_costs = [hf_decode_step_s(hf, c, repeats=args.repeats) for c in progress(contexts, "HF decode steps")]
+        hf_costs = hf_decode_step_s(hf, contexts, repeats=args.repeats)
     ours, ours_off, theirs = outs["on"], outs["off"], outs["hf"]
     t_on, t_off, t_hf = best["on"], best["off"], best["hf"]
     return dict(chapter="step01", workload="single", requests=1, prompt_tokens=len(ids), new_tokens=n,
@@ -79,22 +79,27 @@ def bench_step01(args: argparse.Namespace) -> dict:
                                 for c, h in zip(costs, hf_costs)])
 
 
-def hf_decode_step_s(hf, context: int, repeats: int = 3, seed: int = 0) -> float:
-    """Best wall time of one Hugging Face decode step over `context` cached tokens (random ids): the cache is
-    cropped back after each step, so every repeat sees the same context."""
+def hf_decode_step_s(hf, contexts: list[int], repeats: int = 3, seed: int = 0) -> list[float]:
+    """Best wall time of one Hugging Face decode step over each context of cached tokens (random ids),
+    repeats going round the contexts in turn as chapter 1's `step_costs` does. The cache is cropped back
+    after each step, so every repeat sees the same context."""
     from transformers import DynamicCache
 
     gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, hf.config.vocab_size, (1, context + 1), generator=gen)
-    cache = DynamicCache(config=hf.config)
-    hf(ids[:, :context], cache=cache, use_cache=True)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        hf(ids[:, context:], cache=cache, use_cache=True)
-        best = min(best, time.perf_counter() - t0)
-        cache.crop(-1)  # drop the step's token: transformers 5 crops by a negative count
-        assert cache.get_seq_length() == context
+    setups = []
+    for context in contexts:
+        ids = torch.randint(0, hf.config.vocab_size, (1, context + 1), generator=gen)
+        cache = DynamicCache(config=hf.config)
+        hf(ids[:, :context], cache=cache, use_cache=True)
+        setups.append((ids[:, context:], cache, context))
+    best = [float("inf")] * len(contexts)
+    for _ in progress(range(repeats), "HF decode steps"):
+        for i, (last, cache, context) in enumerate(setups):
+            t0 = time.perf_counter()
+            hf(last, cache=cache, use_cache=True)
+            best[i] = min(best[i], time.perf_counter() - t0)
+            cache.crop(-1)  # drop the step's token: transformers 5 crops by a negative count
+            assert cache.get_seq_length() == context
     return best
 
 

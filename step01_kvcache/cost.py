@@ -22,21 +22,20 @@ class StepCost:
     uncached_s: float  # the whole context_len + 1 tokens recomputed
 
 
-def _best_of(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 @torch.inference_mode()
 def step_costs(model: Transformer, context_lens: list[int], repeats: int = 3, seed: int = 0) -> list[StepCost]:
-    """Best-of-`repeats` wall time of one decode step at each context length (random token ids)."""
+    """Best-of-`repeats` wall time of one decode step at each context length (random token ids). The
+    repeats go round all the lengths in turn, so a burst of load on the machine spoils one sample of
+    several points rather than every sample of one."""
     cfg = model.config
     gen = torch.Generator().manual_seed(seed)
-    rows = []
+    steps = []
     for n in context_lens:
         ids = torch.randint(0, cfg.vocab_size, (n + 1,), generator=gen)
         cache = KVCache(cfg, n + 1, model.dtype, model.device)
@@ -47,9 +46,12 @@ def step_costs(model: Transformer, context_lens: list[int], repeats: int = 3, se
             cache.length = n  # overwrite the same slot each repeat
             model(ids[n:], torch.tensor([n]), cache)
 
-        uncached = _best_of(lambda ids=ids, n=n: model(ids, torch.arange(n + 1)), repeats)
-        rows.append(StepCost(n, _best_of(cached_step, repeats), uncached))
-    return rows
+        steps.append((cached_step, lambda ids=ids, n=n: model(ids, torch.arange(n + 1))))
+    best = [[float("inf")] * 2 for _ in context_lens]
+    for _ in range(repeats):
+        for row, fns in zip(best, steps):
+            row[:] = [min(b, _timed(fn)) for b, fn in zip(row, fns)]
+    return [StepCost(n, cached, uncached) for n, (cached, uncached) in zip(context_lens, best)]
 
 
 def format_costs(rows: list[StepCost]) -> str:

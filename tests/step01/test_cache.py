@@ -73,3 +73,13 @@ def test_cache_overflow_is_a_clear_error(tiny):
 def test_cache_rejects_bad_max_len(tiny):
     with pytest.raises(ValueError, match="max_len"):
         KVCache(tiny.config, 0)
+
+
+def test_step_costs_time_every_length_with_and_without_the_cache():
+    from course.tiny import tiny_model
+    from step01_kvcache.cost import format_costs, step_costs
+
+    rows = step_costs(tiny_model(seed=0), [4, 16], repeats=2)
+    assert [r.context_len for r in rows] == [4, 16]
+    assert all(r.cached_s > 0 and r.uncached_s > 0 for r in rows)
+    assert format_costs(rows).count("\n") == 2
