@@ -24,7 +24,7 @@ test-fast: .venv/.installed
 
 # Every number in the READMEs: each run writes stepNN_x/results/WORKLOAD.json (figures, machine, date,
 # command), then `python -m course report --write` redraws the READMEs' tables and plots from those files.
-# About an hour on 2 idle cores (the `long` workload prefills 2k-token prompts with the cache off).
+# About 25 minutes on 2 idle cores (the `long` workload prefills 2k-token prompts with the cache off).
 bench: .venv/.installed
 	$(PY) -m course bench step01 --save --json | tail -1
 	$(PY) -m course bench step02 --workload batch --save --json | tail -1

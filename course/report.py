@@ -40,17 +40,24 @@ def need(chapter: str, name: str) -> dict:
     return record
 
 
-def provenance(records: list[dict]) -> str:
+def provenance(records: list[dict], model: str = "SmolLM2-135M-Instruct") -> str:
     """One line per distinct machine: what, when, how loaded, and the commands that wrote the files."""
     m = records[0]["machine"]
     dates = sorted({r["date"][:10] for r in records})
     loads = [r["machine"]["load_avg_1m_at_start"] for r in records] + \
         [r["machine"].get("load_avg_1m_at_end", 0) for r in records]
-    commands = ", ".join(f"`{r['command']}`" for r in records)
+    many = len(records) > 1
+    forms = dict.fromkeys(r["command"].replace(f"--workload {r['workload']}", "--workload W" if many else
+                                               f"--workload {r['workload']}") for r in records)
+    commands = ", ".join(f"`{c}`" for c in forms)
+    if many and any("--workload W" in c for c in forms):
+        commands += " for W in " + ", ".join(f"`{r['workload']}`" for r in records if "--workload" in r["command"])
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    spread = f"{min(loads)}" if min(loads) == max(loads) else f"{min(loads)}-{max(loads)}"
     return (f"Measured on {m['cpu']} ({m['cores']} cores, {m['torch_threads']} torch threads), torch {m['torch']}, "
-            f"transformers {m['transformers']}, fp32, SmolLM2-135M-Instruct, greedy, on {when}; 1-minute load "
-            f"average {min(loads)}-{max(loads)} during the runs. "
+            f"transformers {m['transformers']}, fp32, {model}, greedy, on {when}; 1-minute load "
+            f"average {spread} at the start and end of the runs (a bench's own {m['torch_threads']} "
+            "threads count; more means another job shared the cores). "
             f"Written by {commands}; `python -m course report --write` drew this block.")
 
 
@@ -135,11 +142,17 @@ def plot_ttft(chapter: str, recs: dict[str, dict]):
             ("ttft_on_warm_median_s", "warm, cache on", COLORS["on"], "//"),
             ("hf_nocache_ttft_warm_median_s", "warm, HF no cache", COLORS["hf"], "//"),
             ("hf_recipe_ttft_warm_median_s", "warm, HF prompt-cache recipe", COLORS["recipe"], "//"))
+    from matplotlib.ticker import FormatStrFormatter
+
     for ax, (name, rec) in zip(axes[0], recs.items()):
         f = rec["figures"]
-        for i, (key, label, color, hatch) in enumerate(bars):
-            ax.bar(i, f[key] * 1e3, color=color, hatch=hatch, edgecolor="black", lw=0.4, label=label)
-        ax.set(yscale="log", title=name, xticks=[])
+        values = [f[key] * 1e3 for key, *_ in bars]
+        for i, (value, (_, label, color, hatch)) in enumerate(zip(values, bars)):
+            ax.bar(i, value, color=color, hatch=hatch, edgecolor="black", lw=0.4, label=label)
+        # log scale, with room below the smallest bar so that every bar shows its height
+        ax.set(yscale="log", title=name, xticks=[], ylim=(min(values) / 2, max(values) * 1.5))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter(""))
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("time to first token (ms, log)")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -152,7 +165,7 @@ def plot_ttft(chapter: str, recs: dict[str, dict]):
 def plot_hit_rates(by_chapter: dict[str, dict[str, dict]]):
     """Hit rate of each design on each workload (cached prompt tokens / prompt tokens, over every round)."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.8, 3.6))
+    fig, ax = plt.subplots(figsize=(7.6, 3.9))
     width = 0.8 / len(by_chapter)
     for i, (chapter, recs) in enumerate(by_chapter.items()):
         xs = [j + (i - (len(by_chapter) - 1) / 2) * width for j in range(len(WORKLOADS))]
@@ -160,29 +173,31 @@ def plot_hit_rates(by_chapter: dict[str, dict[str, dict]]):
                color=COLORS[chapter])
     ax.set_xticks(range(len(WORKLOADS)), WORKLOADS)
     ax.set(ylabel="hit rate (cached / prompt tokens)", ylim=(0, 1), title="Prompt tokens reused, per design")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, ncol=len(by_chapter), loc="upper center", bbox_to_anchor=(0.5, -0.1))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
 
 
 def plot_block_sizes(rec: dict):
-    """Chapter 5: the bridge's (and the hash's) hit rate as the block shrinks toward chapter 4's one token."""
+    """Chapter 5: per workload, the bridge's and the hash's hit rate as the block shrinks toward chapter 4's
+    one-token slots (the star). The two designs sit on the same points: granularity decides the hits."""
     plt = _plt()
     f = rec["figures"]
     sizes = sorted(f["block_sizes"], reverse=True)
-    fig, ax = plt.subplots(figsize=(6.8, 3.6))
-    for j, row in enumerate(f["designs"]):
-        color = plt.rcParams["axes.prop_cycle"].by_key()["color"][j]
+    fig, axes = plt.subplots(1, len(f["designs"]), figsize=(2.9 * len(f["designs"]), 3.3), squeeze=False)
+    for ax, row in zip(axes[0], f["designs"]):
         rate = lambda design, row=row: row[design]["cached_tokens"] / row["prompt_tokens"]  # noqa: E731
-        ax.plot([str(b) for b in sizes], [rate(f"bridge bs={b}") for b in sizes], "o-", color=color,
-                label=f"{row['workload']}: bridge")
-        ax.plot([str(b) for b in sizes], [rate(f"hash bs={b}") for b in sizes], "x--", color=color, alpha=0.6)
-        ax.plot([str(sizes[-1])], [rate("radix (ch. 4)")], "*", ms=12, color=color)
-    ax.set(xlabel="block size (tokens)", ylabel="hit rate", ylim=(0, 1),
-           title="Reuse vs block size (o bridge, x hash, * chapter 4's slot tree)")
-    ax.legend(fontsize=8, loc="lower left")
-    ax.grid(alpha=0.3)
+        xs = [str(b) for b in sizes]
+        ax.plot(xs, [rate(f"hash bs={b}") for b in sizes], "s-", ms=9, mfc="none", color=COLORS["step03"],
+                label="hash (ch. 3)")
+        ax.plot(xs, [rate(f"bridge bs={b}") for b in sizes], "o-", color=COLORS["step05"], label="bridge (ch. 5)")
+        ax.plot([xs[-1]], [rate("radix (ch. 4)")], "*", ms=14, color=COLORS["step04"], label="radix (ch. 4)")
+        ax.set(title=row["workload"], xlabel="block size (tokens)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("hit rate (cached / prompt tokens)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Reuse against block size, same requests, no model", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -303,8 +318,9 @@ def step05() -> Rendered:
     names = [k for k in rows[0] if k not in ("workload", "prompt_tokens")]
     text += ("\n**The three designs**, same requests, hit rate as the engines measured it above:\n\n"
              "![hit rate per design](results/hit_rate.svg)\n\n"
-             f"**Block size**, without the model ({provenance([d])}): prompt tokens each design reuses on every "
-             "workload, and the cache manager's bookkeeping per warm request (admit, publish or insert, free).\n\n"
+             "**Block size**, without the model: prompt tokens each design reuses on every workload, and the "
+             "cache manager's bookkeeping per warm request in µs (admit, publish or insert, free). "
+             + provenance([d], "a 1-layer toy model with SmolLM2's vocabulary") + "\n\n"
              "![hit rate against block size](results/block_size.svg)\n\n")
     text += "\n".join(table(["design"] + [f"`{r['workload']}` cached / µs" for r in rows],
                             [[n] + [f"{r[n]['cached_tokens']} / {r[n]['bookkeeping_us']}" for r in rows]
