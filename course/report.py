@@ -25,7 +25,7 @@ WORKLOADS = ("short", "long", "shared_prefix", "diverge")
 DESIGNS = {"step03": "hash (ch. 3, 16-token blocks)", "step04": "radix (ch. 4, 1-token slots)",
            "step05": "bridge (ch. 5, 16-token blocks)"}
 COLORS = {"off": "tab:gray", "on": "tab:red", "hf": "tab:blue", "recipe": "tab:cyan", "step03": "tab:orange",
-          "step04": "tab:green", "step05": "tab:red", "contiguous": "tab:gray", "batched": "tab:blue"}
+          "step04": "tab:green", "step05": "tab:red", "contiguous": "tab:gray"}
 
 
 class MissingResults(Exception):
@@ -62,10 +62,11 @@ def provenance(records: list[dict], model: str = "SmolLM2-135M-Instruct") -> str
 
 
 def fmt(x, digits: int = 4) -> str:
+    """A table cell: booleans as yes / **no** (a failed check stands out), floats to `digits` digits."""
     if isinstance(x, bool):
         return "yes" if x else "**no**"
     if isinstance(x, float):
-        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"  # 3 significant digits, or whole thousands
+        return f"{x:.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"  # significant digits, or whole thousands
     return f"{x:,}" if isinstance(x, int) else str(x)
 
 
