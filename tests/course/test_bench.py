@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from course import homework as hw
 from course import results
 from course.bench import hf_decode_step_s, hf_prefill, hf_prefix_baselines, hf_ttfts
 from course.hf import to_hf_model
@@ -15,6 +16,9 @@ from step01_kvcache.generate import SamplingParams, generate
 
 SHARED = list(range(40, 70))
 PROMPTS = [SHARED + [1, 2, 3], SHARED + [9] * 5, SHARED + [4], SHARED + [7, 7]]
+# these compare Hugging Face with our answers, which a student edition cannot give until chapter 1 is solved
+needs_ours = pytest.mark.skipif(bool(hw.stubbed_tasks("step01_kvcache")),
+                                reason="chapter 1 is stubbed (a student edition): our model cannot answer yet")
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +26,7 @@ def model():
     return tiny_model(seed=5)
 
 
+@needs_ours
 def test_hf_recipe_gives_the_same_first_tokens_as_plain_hf_and_ours(model):
     hf = to_hf_model(model, "sdpa")
     cache = hf_prefill(hf, SHARED)
@@ -33,6 +38,7 @@ def test_hf_recipe_gives_the_same_first_tokens_as_plain_hf_and_ours(model):
     assert cache.get_seq_length() == len(SHARED), "each request must work on a copy of the prefix cache"
 
 
+@needs_ours
 def test_prefix_baselines_compare_against_our_first_tokens(model):
     ours = [generate(model, p, SamplingParams(max_new_tokens=1))[0] for p in PROMPTS]
     out = hf_prefix_baselines(model, PROMPTS, ours, nocache_requests=2)
@@ -43,6 +49,7 @@ def test_prefix_baselines_compare_against_our_first_tokens(model):
     assert hf_prefix_baselines(model, PROMPTS, wrong, nocache_requests=2)["hf_first_tokens_match"] is False
 
 
+@needs_ours
 def test_recipe_with_identical_prompts_keeps_one_token_to_compute(model):
     ours = [generate(model, PROMPTS[0], SamplingParams(max_new_tokens=1))[0]] * 2
     out = hf_prefix_baselines(model, [PROMPTS[0]] * 2, ours, nocache_requests=1)
