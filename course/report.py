@@ -263,7 +263,7 @@ def step_prefix(chapter: str) -> Rendered:
              "Every workload runs sequentially through the engine with the cache off and on, then through Hugging "
              "Face `generate` (SDPA) without a cache and with its prompt-cache recipe (the prefix all requests "
              "share, prefilled once and deep-copied per request), all in one process. *Cold* is the first "
-             "request; *warm* the median of the rest.", "",
+             "request, one sample, so it moves from run to run more than *warm*, the median of the rest.", "",
              "![time to first token per workload](results/ttft.svg)", ""]
     rows = []
     for w, rec in recs.items():
