@@ -1,0 +1,29 @@
+"""The chapter's bench credits a padded Hugging Face batch with each request's own tokens only, and counts the
+KV memory that batch holds, on a tiny model."""
+from __future__ import annotations
+
+import torch
+
+from course.hf import to_hf_model
+from course.tiny import tiny_model
+from step01_kvcache.generate import SamplingParams, generate
+from step02_paged.bench import hf_batched, own_tokens
+
+
+def test_own_tokens_stop_at_the_first_stop_token_inclusive():
+    assert own_tokens([5, 7, 2, 0, 0], {2}) == [5, 7, 2]
+    assert own_tokens([5, 7, 9], {2}) == [5, 7, 9]
+    assert own_tokens([2, 2], {2}) == [2]
+
+
+def test_left_padded_batch_answers_like_one_request_at_a_time():
+    model = tiny_model(seed=3)
+    prompts = [list(range(3, 9)), list(range(20, 40)), [11, 12]]
+    params = SamplingParams(max_new_tokens=5, stop_token_ids=(0,))
+    with torch.inference_mode():
+        out = hf_batched(to_hf_model(model, "sdpa"), prompts, params, pad_id=1)
+        ours = [generate(model, p, params) for p in prompts]
+    assert out["outputs"] == ours
+    steps = len(out["held_tokens"])
+    assert 1 <= steps <= params.max_new_tokens
+    assert out["held_tokens"] == [len(prompts) * (20 + t) for t in range(1, steps + 1)]  # every row as long as 20
