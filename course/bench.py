@@ -131,7 +131,7 @@ def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Names
     """
     from statistics import mean, median
 
-    from step01_kvcache.generate import SamplingParams
+    from step01_kvcache.request import SamplingParams
 
     from .pretrained import load_model, load_tokenizer
     from .workloads import get_workload
@@ -168,6 +168,11 @@ def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Names
         kv_waste_fraction=round(engines[True].stats.waste_fraction, 4),
         new_tokens=params.max_new_tokens,
     )
+    # per round, from the stats every cache manager keeps: (seq_id, prompt tokens, hit tokens) in admission order
+    recent = list(engines[True].cache_manager.stats.recent)
+    rounds = [recent[r * len(prompts): (r + 1) * len(prompts)] for r in range(workload.rounds)]
+    result.update(hit_rate_per_round=[round(sum(h for *_, h in r) / sum(n for _, n, _ in r), 4) for r in rounds],
+                  request_hit_rate_per_round=[round(sum(h > 0 for *_, h in r) / len(r), 3) for r in rounds])
     hf = hf_prefix_baselines(model, every_round, [o.output_ids[0] for o in on])
     result.update(hf, warm_ttft_vs_hf_recipe=round(hf["hf_recipe_ttft_warm_median_s"] / median(warm_on), 2),
                   cold_ttft_vs_hf=round(hf["hf_ttft_cold_s"] / on[0].ttft_s, 2))

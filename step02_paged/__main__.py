@@ -6,7 +6,7 @@ import sys
 from course.demo import chat_ids, demo_parser, stop_ids
 from course.pretrained import timed_load
 from course.workloads import get_workload
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 
 from .config import EngineConfig
 from .engine import Engine
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             done[out.seq_id] = out
         if not args.answer_only and (engine.stats.steps <= 6 or engine.stats.steps % 8 == 0):
             sched = " ".join(f"{i}:{n}" for i, n in engine.last_scheduled) or "-"
-            print(f"{engine.stats.steps:>4}  {sched:<34} {occupancy_map(engine.kv)}")
+            print(f"{engine.stats.steps:>4}  {sched:<34} {occupancy_map(engine.cache_manager)}")
         if not args.answer_only and engine.stats.steps == 3:
             print("      block tables: " + "; ".join(f"seq {s.seq_id} -> {s.block_table}"
                                                     for s in engine.scheduler.running))
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     s = engine.stats
     print(f"{s.steps} steps, peak {s.peak_blocks} of {args.num_blocks} blocks, "
           f"waste (allocated but unfilled slots) {s.waste_fraction:.1%}; free blocks after drain: "
-          f"{engine.kv.block_manager.num_free}/{args.num_blocks}")
+          f"{engine.cache_manager.block_manager.num_free}/{args.num_blocks}")
     for i, out in sorted(done.items()):
         print(f"  seq {i}: {len(out.prompt_ids)} prompt + {len(out.output_ids)} new tokens, "
               f"TTFT {out.ttft_s * 1e3:.0f} ms, preempted {out.num_preemptions}x")

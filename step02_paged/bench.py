@@ -1,4 +1,5 @@
-"""`python -m course bench step02 --workload batch`: continuous batching vs one request at a time.
+"""`python -m course bench step02 --workload batch`: continuous batching vs one request at a time
+(`--workload host`: the engine's host work per decode step, without a model; see host_bench.py).
 
 The same 8 ragged greedy requests (answers end at the end-of-turn token) through (a) our paged engine, all
 at once, (b) Hugging Face `generate` with its default attention (SDPA), all 8 in one left-padded batch, as a
@@ -31,7 +32,7 @@ def run_engine(model, cfg: EngineConfig, prompts: list[list[int]], params: Sampl
         for out in engine.step():
             done[out.seq_id] = out
         running = engine.scheduler.running
-        paged.append((cfg.num_blocks - engine.kv.block_manager.num_free) * cfg.block_size)
+        paged.append((cfg.num_blocks - engine.cache_manager.block_manager.num_free) * cfg.block_size)
         contiguous.append(sum(s.num_prompt_tokens + params.max_new_tokens for s in running))
         filled += sum(s.num_computed_tokens for s in running)
     return dict(outputs=[done[i].output_ids for i in ids], engine=engine, paged_tokens=paged,
@@ -61,6 +62,11 @@ def hf_batched(hf, prompts: list[list[int]], params: SamplingParams, pad_id: int
 
 @register("step02")
 def bench_step02(args: argparse.Namespace) -> dict:
+    if args.workload == "host":
+        from course.bench import progress
+
+        from .host_bench import host_bench
+        return host_bench(progress=progress)
     from course.demo import stop_ids
     from course.hf import to_hf_model
     from course.pretrained import load_model, load_tokenizer

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 
 
 class OutOfBlocksError(RuntimeError):
-    """Not enough free blocks; the scheduler catches it and preempts (nothing was allocated)."""
+    """Not enough free blocks (nothing was allocated). The cache managers ask `can_allocate` first and answer
+    False instead, which is what makes the scheduler preempt; reaching this error is a bug in the caller."""
 
 
 class BlockManager:

@@ -11,19 +11,23 @@ engine are written once, against this class:
     kv.free(seq)                                 finish, abort or preemption
 
 The match is a handle: the lookup returns it and allocation takes it back, so nothing travels on the side.
+A manager never moves `seq.num_computed_tokens`: the match says how many tokens it covers, and the scheduler
+starts the sequence there (`Sequence.admit`).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 
 from .block_manager import BlockManager
 from .sequence import Sequence
 
 
 def cdiv(a: int, b: int) -> int:
+    """Ceiling division: the blocks that `a` tokens fill when a block holds `b`."""
     return -(-a // b)
 
 
@@ -36,17 +40,54 @@ class PrefixMatch:
     num_tokens: int = 0
 
 
+@dataclass
+class PrefixCacheStats:
+    """Hits of every manager, counted once per request at its first admission (a preempted request's recompute
+    is no query): the scheduler records them, so every design is measured the same way."""
+
+    requests: int = 0
+    hit_requests: int = 0  # requests that reused at least one token (a per-request hit)
+    queried_tokens: int = 0  # prompt tokens looked up
+    hit_tokens: int = 0  # of those, served from the cache
+    recent: deque = field(default_factory=lambda: deque(maxlen=4096))  # (seq_id, prompt tokens, hit tokens)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
+
+    def record(self, seq: Sequence) -> None:
+        hit = seq.num_cached_tokens
+        self.requests += 1
+        self.hit_requests += hit > 0
+        self.queried_tokens += seq.num_prompt_tokens
+        self.hit_tokens += hit
+        self.recent.append((seq.seq_id, seq.num_prompt_tokens, hit))
+
+
 class CacheManager(ABC):
     """KV memory as the scheduler sees it: a BlockManager of `block_size`-token blocks, and the sequences that
     hold some of them (`holders`, by id)."""
 
-    block_size: int
     block_manager: BlockManager
-    holders: dict[int, Sequence]
+    design: str  # a short name for benches and options: "none", "hash", "radix", "bridge"
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.holders: dict[int, Sequence] = {}
+        self.stats = PrefixCacheStats()
 
     @property
     def num_blocks(self) -> int:
         return self.block_manager.num_blocks
+
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int, match: PrefixMatch | None = None) -> int:
+        """New blocks that `num_new_tokens` more tokens of `seq` need: on admission the match's blocks are
+        shared, not allocated, and its tokens are already computed. One formula for every manager."""
+        # BEGIN SOLUTION task2.allocate_slots points=3
+        shared = len(match.blocks) if match else 0
+        computed = match.num_tokens if match and seq.seq_id not in self.holders else seq.num_computed_tokens
+        return max(0, cdiv(computed + num_new_tokens, self.block_size) - len(seq.block_table) - shared)
+        # END SOLUTION
 
     @abstractmethod
     def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> Sequence:
@@ -71,8 +112,21 @@ class CacheManager(ABC):
         """Drop everything `seq` holds (finish, abort or preemption)."""
 
     @abstractmethod
+    def num_held_blocks(self) -> int:
+        """Blocks that live requests hold (a shared block once; a cache's unused blocks are reclaimable, so not
+        counted). O(1): the engine asks after every step."""
+
     def slot_usage(self) -> tuple[int, int]:
-        """(allocated, filled) slots held for live sequences, a shared slot once: peak memory and waste."""
+        """(allocated, filled) slots held for live requests. Every block a request shares is full, so the
+        unfilled slots are each request's own: the tail of its table past its computed tokens. O(requests)."""
+        allocated = self.num_held_blocks() * self.block_size
+        unfilled = sum(len(s.block_table) * self.block_size - s.num_computed_tokens for s in self.holders.values())
+        return allocated, allocated - unfilled
+
+    def reset_cache(self) -> int:
+        """Forget every cached prefix (e.g. after a weight update); returns the blocks dropped. Paging alone
+        caches nothing."""
+        return 0
 
     @abstractmethod
     def check_invariants(self) -> None:

@@ -6,10 +6,11 @@ The lesson figures of chapters 2-5 drive their cache managers with the same requ
 from __future__ import annotations
 
 from course.draw import Dot, word_ids
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 
 from .cache_manager import CacheManager
 from .kv_cache_manager import KVCacheManager
+from .scheduler import admit
 from .sequence import Sequence
 
 # The lesson figures' requests: a system prompt of two 4-token blocks, then a question; `answer` stands in
@@ -71,7 +72,9 @@ def run_step(kv: CacheManager, seq: Sequence, sampled: int) -> None:
     pending = seq.num_tokens - (match.num_tokens if match else seq.num_computed_tokens)
     if not kv.allocate_slots(seq, pending, match):
         raise RuntimeError(f"the pool is too small for sequence {seq.seq_id}'s {pending} tokens")
-    seq.num_computed_tokens = seq.num_tokens
+    if match is not None:
+        admit(kv, seq, match)
+    seq.advance(pending)
     kv.on_computed(seq)
     seq.append_token(sampled)
     if seq.is_finished:

@@ -5,24 +5,35 @@ sequences go first, in arrival order: a decode needs 1 token, an unfinished pref
 budget allows (chunked prefill, so a long prompt never stalls the decodes). When the pool is out of
 blocks, the most recently admitted running sequence is preempted: its blocks are released and it goes
 back to the front of the queue, to be recomputed later. Then waiting sequences are admitted while
-budget, seats and blocks last. Nothing is ever half-allocated, so nothing leaks.
+budget, seats and blocks last; a new one starts after the prefix its cache manager found (`Sequence.admit`).
+Nothing is ever half-allocated, so nothing leaks.
 """
 from __future__ import annotations
 
 from collections import deque
 
-from .cache_manager import CacheManager
+from .cache_manager import CacheManager, PrefixMatch
 from .config import EngineConfig
-from .sequence import Sequence, SequenceStatus
+from .sequence import Sequence
+
+
+def admit(cache_manager: CacheManager, seq: Sequence, match: PrefixMatch) -> None:
+    """An admitted sequence starts after the prefix its match covers; its prompt hit is counted once per request
+    (a recompute after a preemption finds its own blocks, which is no hit)."""
+    first = not seq.num_preemptions
+    seq.admit(match.num_tokens)
+    if first:
+        cache_manager.stats.record(seq)
 
 
 class Scheduler:
     """Reads the budget fields of the engine's config; asks the cache manager for memory."""
 
-    def __init__(self, config: EngineConfig, kv: CacheManager) -> None:
-        self.config, self.kv = config, kv
+    def __init__(self, config: EngineConfig, cache_manager: CacheManager) -> None:
+        self.config, self.cache_manager = config, cache_manager
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.preempted: list[Sequence] = []  # preempted by the latest `schedule` (the engine frees their rows)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -32,22 +43,21 @@ class Scheduler:
 
     def schedule(self) -> list[tuple[Sequence, int]]:
         """(sequence, number of new tokens to run) for this step."""
+        self.preempted = []
         # BEGIN SOLUTION task2.schedule points=4
         budget = self.config.max_num_batched_tokens
         chunked = self.config.enable_chunked_prefill
         scheduled: list[tuple[Sequence, int]] = []
-        preempted = False
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_pending_tokens, budget) if chunked else seq.num_pending_tokens
-            if n > budget:
+            if n > budget or not seq.needs_step:  # too long for what is left, or sampled all it may (overlap)
                 i += 1
                 continue
-            while not self.kv.allocate_slots(seq, n):
+            while not self.cache_manager.allocate_slots(seq, n):
                 victim = self.running.pop()
                 self._preempt(victim)
-                preempted = True
                 if victim is seq:
                     break
             else:
@@ -55,18 +65,20 @@ class Scheduler:
                 budget -= n
                 i += 1
         # admit new work only when nothing had to be preempted: the pool is tight otherwise
-        while not preempted and self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
+        while not self.preempted and self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
             seq = self.waiting[0]
-            match = self.kv.get_computed_blocks(seq)
+            if seq.num_placeholders:  # preempted with a sampled token not yet read: it cannot be recomputed yet
+                break
+            match = self.cache_manager.get_computed_blocks(seq)
             n = seq.num_tokens - match.num_tokens
             if chunked:
                 n = min(n, budget)
             elif n > budget:
                 break
-            if not self.kv.allocate_slots(seq, n, match):
+            if not self.cache_manager.allocate_slots(seq, n, match):
                 break
             self.waiting.popleft()
-            seq.status = SequenceStatus.RUNNING
+            admit(self.cache_manager, seq, match)
             self.running.append(seq)
             scheduled.append((seq, n))
             budget -= n
@@ -75,11 +87,10 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         """Recompute-style preemption: release everything; the sequence restarts from token 0 later."""
-        self.kv.free(seq)
-        seq.num_computed_tokens = 0
-        seq.num_preemptions += 1
-        seq.status = SequenceStatus.WAITING
+        self.cache_manager.free(seq)
+        seq.preempt()
         self.waiting.appendleft(seq)
+        self.preempted.append(seq)
 
     def finish(self, seq: Sequence) -> None:
         """Remove a finished or aborted sequence and free its blocks."""
@@ -87,4 +98,4 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.kv.free(seq)
+        self.cache_manager.free(seq)

@@ -1,9 +1,13 @@
 """A request as the engine sees it: tokens, how many of them have K/V in the pool, and its block table.
 
-One counter drives everything (as in vLLM v1): `num_computed_tokens`. The tokens still to run are
-`all_token_ids[num_computed_tokens:]` — the rest of the prompt while prefilling (in chunks), then the
-one token sampled last step while decoding. Preemption just releases the blocks and sets the counter
-back to 0: the sequence is recomputed later, prompt and answer so far together.
+One counter drives everything (as in vLLM v1): `num_computed_tokens`. The tokens still to run are the ones
+after it — the rest of the prompt while prefilling (in chunks), then the one token sampled last step while
+decoding. Only the scheduler and the engine move it, through three methods: `admit` (a new request starts
+after its cached prefix), `advance` (a forward computed n more tokens) and `preempt` (its blocks were released:
+back to 0, to be recomputed later, prompt and answer so far together). A cache manager reads it, never writes it.
+
+The tokens live in one list, `all_token_ids`, grown in place: reading a step's tokens costs what the step runs,
+not what the sequence holds.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 
 
 class SequenceStatus(enum.Enum):
@@ -31,32 +35,22 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)  # logical block i -> physical block id
-    num_computed_tokens: int = 0  # tokens whose K/V are in the pool
+    num_computed_tokens: int = 0  # tokens whose K/V are in the pool (or being written by a launched step)
     num_cached_tokens: int = 0  # of the prompt, found in the pool on first admission (a prefix hit)
+    num_placeholders: int = 0  # tokens sampled on the device that the host has not read yet (overlap only)
     num_preemptions: int = 0
+    synced_blocks: int = 0  # leading block_table entries the engine's block-table tensor already holds
     arrival_time: float = field(default_factory=time.perf_counter)
     first_token_time: float | None = None
     finish_time: float | None = None
-    generator: torch.Generator | None = None
+    generator: torch.Generator | None = None  # made by the engine, on the device that samples
 
     def __post_init__(self) -> None:
-        self.generator = self.params.make_generator()
-
-    def record_prompt_hit(self, num_tokens: int) -> bool:
-        """A prefix cache served `num_tokens` of the prompt at admission. Counted once per request: after a
-        preemption the recompute finds the request's own blocks again, which is no prompt hit. True if counted."""
-        if self.num_preemptions:
-            return False
-        self.num_cached_tokens = num_tokens
-        return True
-
-    @property
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
+        self.all_token_ids: list[int] = self.prompt_ids + self.output_ids  # read-only for everyone else
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+        return len(self.all_token_ids)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -64,23 +58,64 @@ class Sequence:
 
     @property
     def num_pending_tokens(self) -> int:
-        """Tokens to run before the next sample: the rest of the prompt, or the last sampled token."""
-        return self.num_tokens - self.num_computed_tokens
+        """Tokens to run before the next sample: the rest of the prompt, or the last sampled token (which may
+        still be a placeholder on the device)."""
+        return self.num_tokens + self.num_placeholders - self.num_computed_tokens
+
+    @property
+    def needs_step(self) -> bool:
+        """False once every token it may sample is sampled (overlap: the last ones are still placeholders)."""
+        return len(self.output_ids) + self.num_placeholders < self.params.max_new_tokens
 
     @property
     def is_finished(self) -> bool:
         return self.status in (SequenceStatus.FINISHED, SequenceStatus.ABORTED)
 
+    # ---- the counter's three writers ---------------------------------------------------------------------
+    def admit(self, num_cached_tokens: int) -> None:
+        """Scheduled for the first time (or again after a preemption): its first `num_cached_tokens` tokens were
+        found in the pool. The prompt hit is recorded once per request: a recompute finds its own blocks."""
+        self.num_computed_tokens = num_cached_tokens
+        if not self.num_preemptions:
+            self.num_cached_tokens = num_cached_tokens
+        self.status = SequenceStatus.RUNNING
+
+    def advance(self, num_tokens: int) -> None:
+        """A forward was launched that writes the K/V of the next `num_tokens` tokens."""
+        self.num_computed_tokens += num_tokens
+
+    def preempt(self) -> None:
+        """Its blocks were released: everything is recomputed when it is admitted again."""
+        self.num_computed_tokens = 0
+        self.synced_blocks = 0
+        self.num_preemptions += 1
+        self.status = SequenceStatus.WAITING
+
+    # ---- tokens and blocks -------------------------------------------------------------------------------
     def append_token(self, token: int) -> None:
         if self.first_token_time is None:
             self.first_token_time = time.perf_counter()
         self.output_ids.append(token)
+        self.all_token_ids.append(token)
         if token in self.params.stop_token_ids or len(self.output_ids) >= self.params.max_new_tokens:
             self.status = SequenceStatus.FINISHED
             self.finish_time = time.perf_counter()
 
+    def rewrite_blocks(self, start: int, blocks: list[int]) -> None:
+        """Point block_table[start:start + len(blocks)] at other blocks holding the same K/V (a prefix cache
+        swapped a duplicate for its own copy). Appends need no call; an in-place change does, so that the
+        engine copies the entries again."""
+        old = self.block_table[start: start + len(blocks)]
+        if old != blocks:
+            first = start + next(i for i, (a, b) in enumerate(zip(old, blocks)) if a != b)
+            self.block_table[start: start + len(blocks)] = blocks
+            self.synced_blocks = min(self.synced_blocks, first)
+
     def check_invariants(self) -> None:
-        assert 0 <= self.num_computed_tokens <= self.num_tokens, \
+        assert self.all_token_ids == self.prompt_ids + self.output_ids, \
+            f"sequence {self.seq_id}: its token list is not its prompt and its answer"
+        assert 0 <= self.num_computed_tokens <= self.num_tokens + self.num_placeholders, \
             f"sequence {self.seq_id}: {self.num_computed_tokens} computed of {self.num_tokens} tokens"
         assert 0 <= self.num_cached_tokens < self.num_prompt_tokens or self.num_cached_tokens == 0, \
             f"sequence {self.seq_id}: {self.num_cached_tokens} cached prompt tokens of {self.num_prompt_tokens}"
+        assert 0 <= self.synced_blocks <= len(self.block_table), f"sequence {self.seq_id}: synced past its table"

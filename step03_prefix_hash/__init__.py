@@ -4,8 +4,8 @@
 from .block_hash import NONE_HASH, BlockHash, hash_block_tokens, hash_token_blocks
 from .block_manager import CacheEntry, PrefixCachingBlockManager
 from .free_queue import FreeBlockQueue
-from .kv_cache_manager import PrefixCacheStats, PrefixCachingKVCacheManager
+from .kv_cache_manager import PrefixCachingKVCacheManager
 from .sequence import HashedSequence
 
-__all__ = ["NONE_HASH", "BlockHash", "CacheEntry", "FreeBlockQueue", "HashedSequence", "PrefixCacheStats",
+__all__ = ["NONE_HASH", "BlockHash", "CacheEntry", "FreeBlockQueue", "HashedSequence",
            "PrefixCachingBlockManager", "PrefixCachingKVCacheManager", "hash_block_tokens", "hash_token_blocks"]

@@ -11,7 +11,7 @@ import sys
 from course.demo import DEFAULT_PROMPT, chat_ids, demo_parser, stop_ids
 from course.pretrained import timed_load
 from course.workloads import get_workload
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 
 from .kv_cache_manager import PrefixCachingKVCacheManager
@@ -45,13 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    bm = engine.kv.block_manager
+    bm = engine.cache_manager.block_manager
     held = sum(1 for c in bm.ref_count if c)
     print(f"\nref counts now: {'all 0' if not held else f'{held} blocks still held'} — {bm.num_cached} blocks "
           f"cached, {len(bm.free_blocks)} of {bm.num_blocks} in the LRU free queue (cached ones evicted oldest first)")
     engine.check_invariants()
     print("\nthe tree the chained hashes form (one line per run of single-child blocks):")
-    print(hash_tree_text(engine.kv, decode=decode))
+    print(hash_tree_text(engine.cache_manager, decode=decode))
     return 0
 
 
@@ -76,7 +76,7 @@ def run_prompt_three_times(engine: Engine, ids: list[int], params: SamplingParam
     print(f"run 1 (cold):  {_hit(cold)}  TTFT {cold.ttft_s:.2f} s\n  answer: {answer(cold)}\n")
     sids = [engine.add_request(ids, params) for _ in range(2)]
     engine.step()  # both admitted: each holds the cached blocks
-    refs = [engine.kv.block_manager.ref_count[b] for b in engine.seqs[sids[0]].block_table]
+    refs = [engine.cache_manager.block_manager.ref_count[b] for b in engine.seqs[sids[0]].block_table]
     print(f"run 2 (two copies at once): ref counts of the first copy's blocks after admission: {refs}")
     done = {}
     while engine.has_unfinished():

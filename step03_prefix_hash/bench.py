@@ -11,9 +11,10 @@ import argparse
 import timeit
 
 from course.bench import prefix_cache_bench, register
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager
-from step02_paged.cache_manager import cdiv
+from step02_paged.cache_manager import PrefixMatch, cdiv
+from step02_paged.scheduler import admit
 
 from .kv_cache_manager import PrefixCachingKVCacheManager
 from .sequence import HashedSequence
@@ -36,7 +37,7 @@ def bench_step03(args: argparse.Namespace) -> dict:
     def make_engine(model, on: bool) -> Engine:
         engine = Engine(model, EngineConfig(num_blocks=num_blocks, block_size=BLOCK_SIZE),
                         PrefixCachingKVCacheManager if on else KVCacheManager)
-        managers.append(engine.kv)
+        managers.append(engine.cache_manager)
         return engine
 
     result = prefix_cache_bench("step03", make_engine, args)
@@ -44,10 +45,6 @@ def bench_step03(args: argparse.Namespace) -> dict:
     # (max keeps the first of equals)
     sequential = max((kv for kv in managers if isinstance(kv, PrefixCachingKVCacheManager)),
                      key=lambda kv: kv.stats.requests)
-    recent = list(sequential.stats.recent)  # (seq_id, prompt tokens, hit tokens) in admission order
-    rounds = [recent[r * len(prompts): (r + 1) * len(prompts)] for r in range(workload.rounds)]
-    result["request_hit_rate_per_round"] = [round(sum(h > 0 for _, _, h in r) / len(r), 3) for r in rounds]
-    result["hit_rate_per_round"] = [round(sum(h for *_, h in r) / sum(n for _, n, _ in r), 4) for r in rounds]
     result["evicted_blocks"] = sequential.block_manager.num_evicted
     result.update(micro_benchmarks())
     return result
@@ -87,7 +84,8 @@ def lookup_seconds(num_tokens: int = 2048, block_size: int = BLOCK_SIZE) -> floa
     tokens, params = list(range(num_tokens)), SamplingParams(max_new_tokens=1)
     first = kv.new_sequence(0, tokens, params)
     assert kv.allocate_slots(first, num_tokens)
-    first.num_computed_tokens = num_tokens
+    admit(kv, first, PrefixMatch())
+    first.advance(num_tokens)
     kv.on_computed(first)
     kv.free(first)
     probe = kv.new_sequence(1, tokens, params)

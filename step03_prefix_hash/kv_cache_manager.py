@@ -16,41 +16,23 @@ PrefixCachingBlockManager (chapter 2's BlockManager with the hash map and the LR
 """
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
-
-from step01_kvcache.generate import SamplingParams
-from step02_paged.cache_manager import CacheManager, PrefixMatch, cdiv
-from step02_paged.kv_cache_manager import check_block_tables, table_slot_usage
+from step01_kvcache.request import SamplingParams
+from step02_paged.cache_manager import CacheManager, PrefixMatch
+from step02_paged.kv_cache_manager import check_block_tables, check_slot_usage
 
 from .block_hash import block_extra_keys
 from .block_manager import CacheEntry, PrefixCachingBlockManager
 from .sequence import HashedSequence
 
 
-@dataclass
-class PrefixCacheStats:
-    """Counted once per request, at its first admission (a preempted request's recompute is not a query)."""
-
-    requests: int = 0
-    hit_requests: int = 0  # requests that reused at least one block (a per-request hit)
-    queried_tokens: int = 0  # prompt tokens looked up
-    hit_tokens: int = 0  # of those, served from the cache
-    recent: deque = field(default_factory=lambda: deque(maxlen=1000))  # (seq_id, prompt tokens, hit tokens)
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
-
-
 class PrefixCachingKVCacheManager(CacheManager):
     """Block tables over a PrefixCachingBlockManager; sequences hash their full blocks as they fill."""
 
+    design = "hash"
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.block_size = block_size
+        super().__init__(block_size)
         self.block_manager = PrefixCachingBlockManager(num_blocks)
-        self.holders: dict[int, HashedSequence] = {}
-        self.stats = PrefixCacheStats()
         self._num_published: dict[int, int] = {}  # seq_id -> blocks of its table already published
 
     def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams,
@@ -64,9 +46,6 @@ class PrefixCachingKVCacheManager(CacheManager):
         """The longest chain of cached blocks that starts the sequence, within its first num_tokens - 1
         tokens. Only full blocks are ever cached, so it covers a multiple of the block size. Looks only:
         nothing is held until allocate_slots."""
-        if seq.block_size != self.block_size:
-            raise ValueError(f"sequence {seq.seq_id} hashes {seq.block_size}-token blocks but the pool's blocks "
-                             f"hold {self.block_size} tokens")
         # BEGIN SOLUTION task3.lookup
         max_blocks = (seq.num_tokens - 1) // self.block_size  # keep the last token: its logits are needed
         blocks = []
@@ -80,25 +59,24 @@ class PrefixCachingKVCacheManager(CacheManager):
 
     def allocate_slots(self, seq: HashedSequence, num_new_tokens: int, match: PrefixMatch | None = None) -> bool:
         """Grow `seq.block_table` for `num_new_tokens` more tokens, all or nothing. On admission the match's
-        hits are touched first; they count as published, and the request's hit is recorded once."""
+        hits are touched before anything is allocated (so the allocation cannot evict them); they count as
+        published."""
         hits = list(match.blocks) if match else []
         self._check_match(seq, hits, match)
+        admitting = seq.seq_id not in self.holders
+        need = self.blocks_needed(seq, num_new_tokens, match)
+        if not need and not admitting:  # most decode steps: the last block still has room
+            return True
         bm = self.block_manager
-        computed = match.num_tokens if hits else seq.num_computed_tokens
-        need = max(0, cdiv(computed + num_new_tokens, self.block_size) - len(seq.block_table) - len(hits))
         revived = sum(1 for b in hits if bm.ref_count[b] == 0)  # cached free blocks leave the free queue
         if not bm.can_allocate(need + revived):
             return False
-        admitting = seq.seq_id not in self.holders
-        if hits:
-            bm.touch(hits)
-            seq.block_table, seq.num_computed_tokens = list(hits), computed
-        seq.block_table += bm.allocate(need)
-        self.holders[seq.seq_id] = seq
         if admitting:
+            bm.touch(hits)
+            seq.block_table = hits
+            self.holders[seq.seq_id] = seq
             self._num_published[seq.seq_id] = len(hits)  # hits are published already
-            if seq.record_prompt_hit(computed if hits else 0):
-                self._record_hit(seq)
+        seq.block_table += bm.allocate(need)
         return True
 
     def _check_match(self, seq: HashedSequence, hits: list[int], match: PrefixMatch | None) -> None:
@@ -115,15 +93,6 @@ class PrefixCachingKVCacheManager(CacheManager):
                 raise ValueError(f"sequence {seq.seq_id}: stale match, block {b} no longer holds its block {i} "
                                  "(evicted since the lookup); call get_computed_blocks again")
 
-    def _record_hit(self, seq: HashedSequence) -> None:
-        hit = seq.num_cached_tokens
-        s = self.stats
-        s.requests += 1
-        s.hit_requests += hit > 0
-        s.queried_tokens += seq.num_prompt_tokens
-        s.hit_tokens += hit
-        s.recent.append((seq.seq_id, seq.num_prompt_tokens, hit))
-
     def on_computed(self, seq: HashedSequence) -> None:
         """Publish the sequence's blocks that are now full of computed tokens, in order."""
         # BEGIN SOLUTION task3.publish
@@ -132,7 +101,7 @@ class PrefixCachingKVCacheManager(CacheManager):
         full = min(seq.num_computed_tokens // bs, len(seq.block_hashes))
         for i in range(done, full):
             entry = CacheEntry(seq.block_hashes[i], seq.block_hashes[i - 1] if i else None,
-                               tuple(seq.token_slice(i * bs, (i + 1) * bs)), block_extra_keys(i, seq.cache_salt))
+                               tuple(seq.all_token_ids[i * bs: (i + 1) * bs]), block_extra_keys(i, seq.cache_salt))
             self.block_manager.cache_block(seq.block_table[i], entry)
         self._num_published[seq.seq_id] = max(done, full)
         # END SOLUTION
@@ -144,16 +113,16 @@ class PrefixCachingKVCacheManager(CacheManager):
         self.holders.pop(seq.seq_id, None)
         self._num_published.pop(seq.seq_id, None)
 
-    def reset(self) -> int:
+    def reset_cache(self) -> int:
         """Drop every cached block; only when no request holds blocks (RuntimeError otherwise, nothing changed)."""
         if self.holders:
             raise RuntimeError(f"cannot reset the prefix cache while {len(self.holders)} requests hold blocks; "
                                "finish or abort them first")
         return self.block_manager.reset()
 
-    def slot_usage(self) -> tuple[int, int]:
-        """As chapter 2 counts it: free cached blocks are reclaimable, so they are not in use."""
-        return table_slot_usage(self.holders.values(), self.block_size)
+    def num_held_blocks(self) -> int:
+        """As chapter 2 counts it: free cached blocks wait in the free queue, reclaimable, so not held."""
+        return self.num_blocks - self.block_manager.num_free
 
     def check_invariants(self) -> None:
         """The block manager's; ref counts = block tables (chapter 2's rule); and: a sequence's hashes are the
@@ -161,6 +130,7 @@ class PrefixCachingKVCacheManager(CacheManager):
         and only once the sequence has computed it; published counts cover computed blocks only."""
         self.block_manager.check_invariants()
         check_block_tables(list(self.holders.values()), self.block_manager, self.block_size)
+        check_slot_usage(self)
         bs = self.block_size
         assert set(self._num_published) == set(self.holders), "published counts kept for sequences without blocks"
         for seq in self.holders.values():

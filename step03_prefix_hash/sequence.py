@@ -16,7 +16,7 @@ from .block_hash import BlockHash, block_extra_keys, hash_block_tokens, hash_tok
 
 @dataclass(eq=False)
 class HashedSequence(Sequence):
-    block_size: int = 16
+    block_size: int = field(kw_only=True)  # the pool's, given by the manager that creates the sequence
     cache_salt: str | None = None  # requests with different salts never share blocks
     block_hashes: list[BlockHash] = field(default_factory=list)  # one per full block of all_token_ids
 
@@ -30,15 +30,6 @@ class HashedSequence(Sequence):
         super().append_token(token)
         self.update_block_hashes()
 
-    def token_slice(self, start: int, end: int) -> list[int]:
-        """all_token_ids[start:end] without building the whole list (it grows every decode step)."""
-        n = len(self.prompt_ids)
-        if end <= n:
-            return self.prompt_ids[start:end]
-        if start >= n:
-            return self.output_ids[start - n: end - n]
-        return self.prompt_ids[start:] + self.output_ids[: end - n]
-
     def update_block_hashes(self) -> None:
         """Hash every block that became full since the last call, each chained to the one before."""
         # BEGIN SOLUTION task3.block_hash
@@ -46,7 +37,7 @@ class HashedSequence(Sequence):
         while (len(self.block_hashes) + 1) * bs <= self.num_tokens:
             i = len(self.block_hashes)
             parent = self.block_hashes[-1] if i else None
-            tokens = self.token_slice(i * bs, (i + 1) * bs)
+            tokens = self.all_token_ids[i * bs: (i + 1) * bs]
             self.block_hashes.append(hash_block_tokens(parent, tokens, block_extra_keys(i, self.cache_salt)))
         # END SOLUTION
 

@@ -7,7 +7,7 @@ import sys
 from course.demo import chat_ids, demo_parser, stop_ids
 from course.pretrained import timed_load
 from course.workloads import WORKLOADS, get_workload
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 
 from .pictures import cache_text, tree_text
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     print("the last prompt token is always recomputed to get its logits\n")
     decode = run_demo_workload(engine, args, tok, cache_text)
     print("\nthe tree after everything (every lock released; yellow in the notebook = evictable leaves):")
-    print(tree_text(engine.kv.tree, decode))
+    print(tree_text(engine.cache_manager.tree, decode))
     return 0
 
 
@@ -94,7 +94,7 @@ def run_workload(engine: Engine, name: str, params: SamplingParams, decode, desc
         if start == BATCH:
             print(f"\nwhile requests {start}-{start + len(batch) - 1} run, their prefixes are locked "
                   f"(lock_ref = how many of them use a node):")
-            print(describe(engine.kv, decode))
+            print(describe(engine.cache_manager, decode))
             print()
         while engine.has_unfinished():
             done.update((o.seq_id, o) for o in engine.step())
@@ -105,9 +105,9 @@ def run_workload(engine: Engine, name: str, params: SamplingParams, decode, desc
             text = decode(out.output_ids).replace("\n", " ")
             print(f"  request {start + i}: {out.num_cached_tokens:4d}/{len(out.prompt_ids)} cached "
                   f"({out.num_cached_tokens / len(out.prompt_ids):5.1%})  {text[:60]!r}")
-    tree = engine.kv.tree
+    tree = engine.cache_manager.tree
     print(f"hit rate {cached}/{total} = {cached / total:.1%}; tree: {tree.num_nodes} nodes, {tree.total_size} tokens, "
-          f"{tree.protected_size} locked, {engine.kv.num_evicted} evicted")
+          f"{tree.protected_size} locked, {engine.cache_manager.num_evicted} evicted")
 
 
 if __name__ == "__main__":

@@ -43,14 +43,10 @@ def bench_step04(args: argparse.Namespace) -> dict:
     result = prefix_cache_bench("step04", make_engine, args)
     sequential = on_engines[0]  # the engine of the sequential pass over every round
     sequential.check_invariants()
-    per_request = list(sequential.kv.admissions)  # (seq_id, prompt tokens, cached) in arrival order
-    size = len(per_request) // get_workload(args.workload).rounds
-    rounds = [per_request[i: i + size] for i in range(0, len(per_request), size)]
-    result.update(hit_rate_per_round=[round(sum(c for *_, c in r) / sum(n for _, n, _ in r), 4) for r in rounds],
-                  request_hit_rate_per_round=[round(sum(c > 0 for *_, c in r) / len(r), 3) for r in rounds])
-    result.update(pool_slots=slots, tree_nodes=sequential.kv.tree.num_nodes, tree_tokens=sequential.kv.tree.total_size,
-                  evicted_tokens=sequential.kv.num_evicted,
-                  locks_after=sum(e.kv.tree.protected_size for e in on_engines))
+    kv = sequential.cache_manager
+    result.update(pool_slots=slots, tree_nodes=kv.tree.num_nodes, tree_tokens=kv.tree.total_size,
+                  evicted_tokens=kv.num_evicted,
+                  locks_after=sum(e.cache_manager.tree.protected_size for e in on_engines))
     result.update(bookkeeping_bench())
     return result
 

@@ -43,7 +43,7 @@ def _evictable(node: TreeNode) -> bool:
 
 def tree_text(tree: RadixTree, decode: Decode | None = None, width: int = 48, values: str = "slots") -> str:
     """The tree as indented text: edge, size, value ranges (`values` names them), lock_ref, last access."""
-    lines = [f"root  ({tree.total_size} tokens cached: {tree.protected_size} locked, "
+    lines = [f"root  ({tree.num_tokens} tokens cached in {tree.total_size} {values}: {tree.protected_size} locked, "
              f"{tree.evictable_size} evictable)"]
 
     def walk(node: TreeNode, indent: str) -> None:
@@ -62,7 +62,7 @@ def tree_text(tree: RadixTree, decode: Decode | None = None, width: int = 48, va
 def draw_tree(dot: Dot, tree: RadixTree, decode: Decode | None = None, values: str = "slots") -> None:
     """Add the tree's nodes and edges to `dot` (node names `n<id>`; the root is `n0`). Locked nodes are blue,
     evictable leaves yellow with a thick border."""
-    dot.node(f"n{tree.root.id}", f"root\n{tree.total_size} tok cached", shape="ellipse", fillcolor="#eeeeee")
+    dot.node(f"n{tree.root.id}", f"root\n{tree.num_tokens} tok cached", shape="ellipse", fillcolor="#eeeeee")
     for node in tree.nodes():
         evictable = _evictable(node)
         color = "#c6dafc" if node.lock_ref else "#fde293" if evictable else "white"

@@ -21,15 +21,20 @@ Life of a request:
    had (duplicates), points the block table at the tree's slots and moves the lock down to the new node;
 3. finish, abort or preemption (`free`): `cache_finished_req` does the same insert, frees duplicates and
    unlocks. The tokens stay cached, evictable, until memory is needed.
+
+The functions before the class are what any manager with a tree in front of a BlockManager does the same way,
+whatever it counts (chapter 5's bridge calls them too): admission with a lock, the move of that lock, and the
+invariants that tie each request to its place in the tree.
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass
 
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 from step02_paged.block_manager import BlockManager
 from step02_paged.cache_manager import CacheManager, PrefixMatch
+from step02_paged.kv_cache_manager import check_slot_usage
 from step02_paged.sequence import Sequence
 
 from .radix_tree import RadixTree, TreeNode
@@ -40,7 +45,7 @@ class RadixSequence(Sequence):
     """A chapter 2 Sequence that also remembers its place in the radix tree."""
 
     last_node: TreeNode | None = None  # locked: where the part of block_table owned by the tree ends
-    cache_protected_len: int = 0  # block_table[:cache_protected_len] are tree slots
+    cache_protected_len: int = 0  # tokens of the locked prefix; their values head the block table
     num_prefill_tokens: int = 0  # tokens to prefill when admitted: later forwards beyond it are decodes
 
 
@@ -65,19 +70,78 @@ def check_match(tree: RadixTree, seq: RadixSequence, admitting: bool, match: Tre
                          "call get_computed_blocks again")
 
 
+def allocate_on_tree(kv: RadixKVCacheManager, seq: RadixSequence, num_new_tokens: int,
+                     match: TreeMatch | None) -> bool:
+    """All or nothing. On admission the matched node is locked first (so that the eviction that may follow
+    cannot take it) and the block table starts with the match's values; then LRU leaves are evicted if the free
+    list is short, and the missing values allocated. Adds no reference count: that is the caller's model."""
+    admitting = seq.seq_id not in kv.holders
+    check_match(kv.tree, seq, admitting, match)
+    need = kv.blocks_needed(seq, num_new_tokens, match)
+    if not need and not admitting:  # a decode whose last block still has room
+        return True
+    node = match.node if match and match.blocks else kv.tree.root
+    if admitting:
+        kv.tree.inc_lock_ref(node)
+    if need > kv.block_manager.num_free:
+        kv.evict(need - kv.block_manager.num_free)
+    if not kv.block_manager.can_allocate(need):
+        if admitting:
+            kv.tree.dec_lock_ref(node)
+        return False
+    if admitting:
+        seq.block_table = list(match.blocks) if match else []
+        seq.last_node, seq.cache_protected_len = node, kv.tree.depth(node)
+        seq.num_prefill_tokens = seq.num_tokens
+        kv.holders[seq.seq_id] = seq
+    seq.block_table += kv.block_manager.allocate(need)
+    return True
+
+
+def move_lock(tree: RadixTree, seq: RadixSequence, num_tokens: int) -> list[int]:
+    """Lock the node where the sequence's first `num_tokens` tokens end (they were just inserted) and unlock the
+    one it held. Returns the values on the path to the new node."""
+    values, node = tree.match_prefix(seq.all_token_ids[:num_tokens])
+    assert tree.depth(node) == num_tokens, "the tokens just inserted must match in full"
+    tree.inc_lock_ref(node)
+    tree.dec_lock_ref(seq.last_node)
+    seq.last_node, seq.cache_protected_len = node, num_tokens
+    return values
+
+
+def check_tree_holders(tree: RadixTree, holders: dict[int, RadixSequence]) -> None:
+    """Each live request's place in the tree: its last_node is attached, at the depth it believes, on its own
+    prefix, and its block table starts with the values along that path; each lock_ref counts the requests whose
+    locked path runs through the node."""
+    locks: Counter = Counter()
+    for seq in holders.values():
+        node = seq.last_node
+        assert not seq.is_finished, f"finished sequence {seq.seq_id} still holds slots"
+        assert node is not None and tree.contains(node), f"sequence {seq.seq_id} holds no node of the tree"
+        assert seq.cache_protected_len == tree.depth(node), \
+            f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
+        assert seq.block_table[: tree.span(0, seq.cache_protected_len)] == tree.prefix_slots(node), \
+            f"sequence {seq.seq_id}: block table does not start with the tree's values of its prefix"
+        assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
+            f"sequence {seq.seq_id}: its last_node's path is not its own prefix"
+        locks.update(n.id for n in tree.path(node))
+    for node in tree.nodes():
+        assert node.lock_ref == locks.get(node.id, 0), \
+            f"{node!r}: lock_ref {node.lock_ref} but {locks.get(node.id, 0)} live requests lock it"
+
+
 class RadixKVCacheManager(CacheManager):
     """A slot pool whose finished and in-flight prefixes live in a RadixTree."""
+
+    design = "radix"
 
     def __init__(self, num_slots: int, block_size: int = 1) -> None:
         if block_size != 1:
             raise ValueError(f"the radix cache stores one token per slot: block_size must be 1, got {block_size}")
-        self.block_size = 1
+        super().__init__(block_size)
         self.block_manager = BlockManager(num_slots)
         self.tree = RadixTree()
-        self.holders: dict[int, RadixSequence] = {}
         self.num_evicted = 0  # slots taken back from the tree under memory pressure
-        # the first admission of each request, (seq_id, prompt tokens, of them cached), for hit rates
-        self.admissions: deque[tuple[int, int, int]] = deque(maxlen=4096)
 
     def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> RadixSequence:
         return RadixSequence(seq_id, prompt_ids, params)
@@ -89,32 +153,9 @@ class RadixKVCacheManager(CacheManager):
         return TreeMatch(tuple(slots), len(slots), node)
 
     def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
-        """All or nothing. On admission the matched node is locked first (so that the eviction that may follow
-        cannot take it); then LRU leaves are evicted if the free list is short, and new slots allocated."""
-        admitting = seq.seq_id not in self.holders
-        hits = list(match.blocks) if match else []
-        check_match(self.tree, seq, admitting, match)
-        node = match.node if hits else self.tree.root
-        if admitting:
-            self.tree.inc_lock_ref(node)
-        computed = len(hits) if hits else seq.num_computed_tokens
-        need = max(0, computed + num_new_tokens - len(seq.block_table) - len(hits))
-        bm = self.block_manager
-        if need > bm.num_free:
-            self.evict(need - bm.num_free)
-        if not bm.can_allocate(need):
-            if admitting:
-                self.tree.dec_lock_ref(node)
-            return False
-        if admitting:
-            seq.block_table, seq.num_computed_tokens = hits, computed
-            seq.last_node, seq.cache_protected_len = node, len(hits)
-            seq.num_prefill_tokens = seq.num_tokens
-            self.holders[seq.seq_id] = seq
-            if seq.record_prompt_hit(len(hits)):
-                self.admissions.append((seq.seq_id, seq.num_prompt_tokens, len(hits)))
-        seq.block_table += bm.allocate(need)
-        return True
+        """Lock, evict if needed, allocate (`allocate_on_tree`). The request takes no count on the tree's slots:
+        its lock is what keeps them."""
+        return allocate_on_tree(self, seq, num_new_tokens, match)
 
     def evict(self, num: int) -> int:
         """Free at least `num` slots from unlocked leaves, least recently used first (fewer if the tree holds
@@ -132,7 +173,7 @@ class RadixKVCacheManager(CacheManager):
 
     def _insert(self, seq: RadixSequence) -> int:
         """Insert the computed tokens; free the private slots of tokens the tree already had. Returns how many
-        tokens are now in the tree."""
+        tokens were inserted (all the computed ones)."""
         n = seq.num_computed_tokens
         slots = seq.block_table[:n]
         cached = self.tree.insert(seq.all_token_ids[:n], slots)
@@ -140,19 +181,16 @@ class RadixKVCacheManager(CacheManager):
         return n
 
     def cache_unfinished_req(self, seq: RadixSequence) -> None:
-        """Give the computed prefix to the tree and keep using it through a lock on its last node."""
+        """Give the computed prefix to the tree and keep using it through a lock on its last node; the head of
+        the block table now names the tree's slots (its own duplicates were just freed)."""
+        start = seq.cache_protected_len  # the table names the tree's slots up to here already
         n = self._insert(seq)
-        slots, node = self.tree.match_prefix(seq.all_token_ids[:n])
-        assert len(slots) == n, "the tokens just inserted must match in full"
-        seq.block_table[:n] = slots  # the head of the table now names the tree's slots
-        self.tree.inc_lock_ref(node)
-        self.tree.dec_lock_ref(seq.last_node)
-        seq.last_node, seq.cache_protected_len = node, n
+        seq.rewrite_blocks(start, move_lock(self.tree, seq, n)[start:])
 
     def cache_finished_req(self, seq: RadixSequence) -> None:
         """Give every computed token to the tree, free the rest, and unlock."""
         n = self._insert(seq)
-        self.block_manager.release(seq.block_table[n:])  # slots allocated but never written
+        self.block_manager.release(seq.block_table[n:][::-1])  # slots allocated but never written, tail first
         self.tree.dec_lock_ref(seq.last_node)
         seq.block_table, seq.last_node, seq.cache_protected_len = [], None, 0
 
@@ -163,53 +201,40 @@ class RadixKVCacheManager(CacheManager):
             self.cache_finished_req(seq)
             del self.holders[seq.seq_id]
 
-    def reset_cache(self) -> None:
-        """Drop every cached token (nobody may hold a lock): the slots return to the free list."""
+    def reset_cache(self) -> int:
+        """Drop every cached token (nobody may hold a lock): the slots return to the free list. Returns how many."""
         if self.holders or self.tree.protected_size:
-            raise ValueError(f"{len(self.holders)} sequences still use the cache; reset only a drained engine")
-        self.block_manager.release(self.tree.all_slots())
+            raise RuntimeError(f"cannot reset the prefix cache while {len(self.holders)} requests use it; "
+                               "finish or abort them first")
+        slots = self.tree.all_slots()
+        self.block_manager.release(slots)
         self.tree.reset()
+        return len(slots)
 
     # ---- accounting --------------------------------------------------------------------------------------
     def private_slots(self, seq: RadixSequence) -> list[int]:
         """The part of the block table that is the request's own, after the tree's part."""
         return seq.block_table[seq.cache_protected_len:]
 
-    def slot_usage(self) -> tuple[int, int]:
-        """(allocated, filled) slots held for live requests: their private slots plus the locked part of the
-        tree, each shared token once. Evictable cached tokens are reclaimable, so they are not counted (as a
-        hash cache does not count its free cached blocks)."""
-        private = sum(len(self.private_slots(s)) for s in self.holders.values())
-        filled = sum(min(len(self.private_slots(s)), s.num_computed_tokens - s.cache_protected_len)
-                     for s in self.holders.values())
-        return private + self.tree.protected_size, filled + self.tree.protected_size
+    def num_held_blocks(self) -> int:
+        """Slots live requests use: every owned slot but the tree's unlocked (evictable) ones, which are
+        reclaimable, as a hash cache's free cached blocks are."""
+        return self.num_blocks - self.block_manager.num_free - self.tree.evictable_size
 
     def check_invariants(self) -> None:
-        """The tree's and the BlockManager's; each request's place in the tree; each lock_ref counting the
-        requests under it; then the ownership model: every slot has exactly one owner among the tree, one
+        """The tree's and the BlockManager's; each request's place in the tree and the lock counts
+        (`check_tree_holders`); then the ownership model: every slot has exactly one owner among the tree, one
         request (its private slots) and the free list, and ref_count 1 exactly when owned."""
         tree, bm = self.tree, self.block_manager
         tree.check_invariants()
         bm.check_invariants()
-        locks: Counter = Counter()
+        check_tree_holders(tree, self.holders)
+        check_slot_usage(self)
         owned: Counter = Counter(tree.all_slots())
         for seq in self.holders.values():
-            node = seq.last_node
-            assert not seq.is_finished, f"finished sequence {seq.seq_id} still holds slots"
-            assert node is not None and tree.contains(node), f"sequence {seq.seq_id} holds no node of the tree"
-            assert seq.cache_protected_len == tree.depth(node), \
-                f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
-            assert seq.block_table[: seq.cache_protected_len] == tree.prefix_slots(node), \
-                f"sequence {seq.seq_id}: block table does not start with the tree's slots of its prefix"
-            assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
-                f"sequence {seq.seq_id}: its last_node's path is not its own prefix"
-            assert seq.num_computed_tokens <= len(seq.block_table) <= seq.num_tokens, \
+            assert seq.num_computed_tokens <= len(seq.block_table) <= seq.num_tokens + seq.num_placeholders, \
                 f"sequence {seq.seq_id}: {len(seq.block_table)} slots for {seq.num_computed_tokens} computed tokens"
-            locks.update(n.id for n in tree.path(node))
             owned.update(self.private_slots(seq))
-        for node in tree.nodes():
-            assert node.lock_ref == locks.get(node.id, 0), \
-                f"{node!r}: lock_ref {node.lock_ref} but {locks.get(node.id, 0)} live requests lock it"
         free = set(bm.free_blocks)
         for slot in range(self.num_blocks):
             owners = owned.get(slot, 0) + (slot in free)

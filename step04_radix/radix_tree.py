@@ -10,6 +10,8 @@ Two numbers per node drive memory management:
 - `last_access`: a logical clock, bumped along the path of every match and insert. Unlocked leaves are
   *evictable*; `evict` drops the least recently used ones first and a parent that becomes an unlocked
   leaf joins the candidates.
+The tree keeps two sums up to date as locks change, in values (as SGLang counts them): `evictable_size` (what
+eviction could reclaim) and `protected_size` (what live requests use), so asking costs O(1).
 
 The tree never allocates or frees slots itself: `insert` reports how many of the caller's tokens were already
 cached (the caller frees its duplicate slots) and `evict` hands freed slots to a callback.
@@ -34,10 +36,6 @@ class TreeNode:
         self.parent = parent
         self.lock_ref = 0
         self.last_access = last_access
-
-    @property
-    def is_leaf(self) -> bool:
-        return not self.children
 
     def __repr__(self) -> str:
         head = ", ".join(map(str, self.key[:4])) + (", ..." if len(self.key) > 4 else "")
@@ -82,19 +80,19 @@ class RadixTree:
         self._clock = 0
         self.root = self._new_node([], [], None)
         self.root.lock_ref = 1
-        self._evictable_size = 0  # tokens in nodes with lock_ref == 0
-        self._protected_size = 0  # tokens in nodes with lock_ref > 0
+        self._evictable_size = 0  # values in nodes with lock_ref == 0
+        self._protected_size = 0  # values in nodes with lock_ref > 0
         self._evictable_leaves: set[TreeNode] = set()  # unlocked leaves: the eviction candidates
 
     # ---- sizes -------------------------------------------------------------------------------------------
     @property
     def evictable_size(self) -> int:
-        """Cached tokens no request uses: their slots can be reclaimed."""
+        """Values (KV slots here, one per token; blocks in chapter 5) that no request uses: reclaimable."""
         return self._evictable_size
 
     @property
     def protected_size(self) -> int:
-        """Cached tokens some live request uses (locked)."""
+        """Values that some live request uses (locked)."""
         return self._protected_size
 
     @property
@@ -194,7 +192,7 @@ class RadixTree:
         """A new unlocked leaf under `parent` (accounting: its tokens are evictable)."""
         leaf = self._new_node(key, value, parent)
         parent.children[key[0]] = leaf
-        self._evictable_size += len(key)
+        self._evictable_size += len(value)
         self._refresh_leaf(parent)
         self._refresh_leaf(leaf)
         return leaf
@@ -209,13 +207,13 @@ class RadixTree:
     # ---- locks -------------------------------------------------------------------------------------------
     def inc_lock_ref(self, node: TreeNode) -> None:
         """A request starts using the prefix that ends at `node`: lock it and every ancestor (not the root).
-        Nodes going from 0 to 1 move their tokens from evictable to protected."""
+        Nodes going from 0 to 1 move their values from evictable to protected."""
         self._check_attached(node)
         # BEGIN SOLUTION task4.lock
         while node is not self.root:
             if node.lock_ref == 0:
-                self._evictable_size -= len(node.key)
-                self._protected_size += len(node.key)
+                self._evictable_size -= len(node.value)
+                self._protected_size += len(node.value)
             node.lock_ref += 1
             self._refresh_leaf(node)
             node = node.parent
@@ -232,8 +230,8 @@ class RadixTree:
         while node is not self.root:
             node.lock_ref -= 1
             if node.lock_ref == 0:
-                self._protected_size -= len(node.key)
-                self._evictable_size += len(node.key)
+                self._protected_size -= len(node.value)
+                self._evictable_size += len(node.value)
             self._refresh_leaf(node)
             node = node.parent
         # END SOLUTION
@@ -272,7 +270,7 @@ class RadixTree:
         parent = leaf.parent
         del parent.children[leaf.key[0]]
         leaf.parent = None
-        self._evictable_size -= len(leaf.key)
+        self._evictable_size -= len(leaf.value)
         self._evictable_leaves.discard(leaf)
         self._refresh_leaf(parent)
 
@@ -289,6 +287,11 @@ class RadixTree:
     @property
     def num_nodes(self) -> int:
         return sum(1 for _ in self.nodes())
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens on all edges (with one slot per token, `total_size`; chapter 5's edges hold blocks)."""
+        return sum(len(n.key) for n in self.nodes())
 
     def path(self, node: TreeNode) -> list[TreeNode]:
         """Nodes from the root's child down to `node` (empty for the root)."""
@@ -355,9 +358,9 @@ class RadixTree:
             assert node.lock_ref >= child_locks, \
                 f"{node!r}: lock_ref {node.lock_ref} < sum of children's {child_locks} (a lock skipped an ancestor)"
             if node.lock_ref:
-                protected += len(node.key)
+                protected += len(node.value)
             else:
-                evictable += len(node.key)
+                evictable += len(node.value)
                 if not node.children:
                     leaves.add(node)
             for s in node.value:

@@ -1,8 +1,8 @@
 """Chapter 5: the Pico-vLLM write-up's bridge - a token-level radix tree over a block-level BlockManager, two
 reference counts.
 
-`Engine(model, EngineConfig(block_size=16, ...), PrefixCache)` is chapter 2's engine with this cache."""
+`Engine(model, EngineConfig(block_size=16, ...), BridgeKVCacheManager)` is chapter 2's engine with this cache."""
 from .block_radix_tree import BlockRadixTree
-from .prefix_cache import PrefixCache
+from .bridge_cache import BridgeKVCacheManager
 
-__all__ = ["BlockRadixTree", "PrefixCache"]
+__all__ = ["BlockRadixTree", "BridgeKVCacheManager"]

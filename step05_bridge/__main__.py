@@ -9,8 +9,8 @@ from course.pretrained import timed_load
 from step02_paged import Engine, EngineConfig
 from step04_radix.__main__ import ask_twice, report_asks, run_demo_workload, workload_parser
 
+from .bridge_cache import BridgeKVCacheManager
 from .pictures import bridge_text
-from .prefix_cache import PrefixCache
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     model, tok, load_s = timed_load(args.model)
-    engine = Engine(model, config, PrefixCache)
+    engine = Engine(model, config, BridgeKVCacheManager)
     asked = ask_twice(engine, tok, args)
     if not isinstance(asked, tuple):
         return asked
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the tree routed all {len(ids)} tokens, but only full blocks are shared, and the last prompt token "
           f"is always recomputed: ({len(ids)} - 1) // {bs} * {bs} = {(len(ids) - 1) // bs * bs}\n")
     decode = run_demo_workload(engine, args, tok, bridge_text)
-    kv = engine.kv
+    kv = engine.cache_manager
     print(f"\nafter everything: every lock released; {kv.num_cached_blocks} blocks held by the tree alone "
           f"(ref_count 1), {kv.block_manager.num_free} free, {kv.num_cached_blocks + kv.block_manager.num_free} "
           f"= the pool:")

@@ -18,11 +18,12 @@ from statistics import median
 from course import results
 from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.cache_manager import cdiv
+from step02_paged.scheduler import admit
 
-from .prefix_cache import PrefixCache
+from .bridge_cache import BridgeKVCacheManager
 
 BLOCK_SIZE = 16
 
@@ -45,7 +46,7 @@ def bench_step05(args: argparse.Namespace) -> dict:
 
     def make_engine(model, on: bool) -> Engine:
         engine = Engine(model, EngineConfig(num_blocks=blocks, block_size=BLOCK_SIZE),
-                        PrefixCache if on else KVCacheManager)
+                        BridgeKVCacheManager if on else KVCacheManager)
         if on:
             on_engines.append(engine)
         return engine
@@ -53,17 +54,12 @@ def bench_step05(args: argparse.Namespace) -> dict:
     result = prefix_cache_bench("step05", make_engine, args)
     sequential = on_engines[0]  # the sequential pass over every round
     sequential.check_invariants()
-    per_request = list(sequential.kv.admissions)
-    size = len(prompts)
-    rounds = [per_request[i: i + size] for i in range(0, len(per_request), size)]
-    result.update(hit_rate_per_round=[round(sum(c for *_, c in r) / sum(n for _, n, _ in r), 4) for r in rounds],
-                  request_hit_rate_per_round=[round(sum(c > 0 for *_, c in r) / len(r), 3) for r in rounds])
-    result.update(block_size=BLOCK_SIZE, pool_blocks=blocks, tree_nodes=sequential.kv.tree.num_nodes,
-                  tree_tokens=sequential.kv.tree.total_size, cached_blocks=sequential.kv.num_cached_blocks,
-                  evicted_blocks=sequential.kv.num_evicted,
-                  locks_after=sum(e.kv.tree.protected_size for e in on_engines),
-                  blocks_leaked=sum(e.kv.block_manager.num_free + e.kv.num_cached_blocks != e.config.num_blocks
-                                    for e in on_engines))
+    kv = sequential.cache_manager
+    result.update(block_size=BLOCK_SIZE, pool_blocks=blocks, tree_nodes=kv.tree.num_nodes,
+                  tree_tokens=kv.tree.num_tokens, cached_blocks=kv.num_cached_blocks, evicted_blocks=kv.num_evicted,
+                  locks_after=sum(e.cache_manager.tree.protected_size for e in on_engines),
+                  blocks_leaked=sum(e.cache_manager.block_manager.num_free + e.cache_manager.num_cached_blocks
+                                    != e.config.num_blocks for e in on_engines))
     return result
 
 
@@ -80,7 +76,7 @@ def designs(block_sizes: list[int]) -> dict[str, Callable]:
     out: dict[str, Callable] = {}
     for bs in block_sizes:
         out[f"hash bs={bs}"] = engine(PrefixCachingKVCacheManager, bs)
-        out[f"bridge bs={bs}"] = engine(PrefixCache, bs)
+        out[f"bridge bs={bs}"] = engine(BridgeKVCacheManager, bs)
     out["radix (ch. 4)"] = engine(RadixKVCacheManager, 1)
     return out
 
@@ -88,14 +84,15 @@ def designs(block_sizes: list[int]) -> dict[str, Callable]:
 def bookkeeping_us(engine, prompts: list[list[int]], repeats: int) -> float:
     """Median microseconds of the cache manager's work for one request, no forward: admission (lookup and
     allocation), publishing or inserting the computed prompt, and the release when it finishes."""
-    kv, times = engine.kv, []
+    kv, times = engine.cache_manager, []
     for r in range(repeats):
         for i, p in enumerate(prompts):
             seq = kv.new_sequence(10_000 + r * len(prompts) + i, p, SamplingParams(max_new_tokens=1))
             t0 = time.perf_counter()
             match = kv.get_computed_blocks(seq)
             assert kv.allocate_slots(seq, seq.num_tokens - match.num_tokens, match)
-            seq.num_computed_tokens = seq.num_tokens
+            admit(kv, seq, match)
+            seq.advance(seq.num_tokens - match.num_tokens)
             kv.on_computed(seq)
             kv.free(seq)
             times.append(time.perf_counter() - t0)

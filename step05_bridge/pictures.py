@@ -7,10 +7,10 @@ from step03_prefix_hash.pictures import three_chats
 from step04_radix.pictures import Decode, draw_tree, tree_text
 
 from .block_radix_tree import BlockRadixTree
-from .prefix_cache import PrefixCache
+from .bridge_cache import BridgeKVCacheManager
 
 
-def bridge_text(kv: PrefixCache, decode: Decode | None = None) -> str:
+def bridge_text(kv: BridgeKVCacheManager, decode: Decode | None = None) -> str:
     """The tree as indented text (blocks on every edge), then one line per live request: the node it locks,
     its block table split into the tree's part and its own, and the blocks' ref_counts."""
     lines = [tree_text(kv.tree, decode, values="blocks")]
@@ -23,7 +23,7 @@ def bridge_text(kv: PrefixCache, decode: Decode | None = None) -> str:
     return "\n".join(lines)
 
 
-def bridge_dot(kv: PrefixCache, decode: Decode | None = None, name: str = "bridge", row: int = 16) -> str:
+def bridge_dot(kv: BridgeKVCacheManager, decode: Decode | None = None, name: str = "bridge", row: int = 16) -> str:
     """The three layers in one picture: the tree (edges with their tokens, nodes with their blocks and
     lock_ref), the live requests (pointing at the node they lock) and the pool, `row` blocks per line, each
     with its ref_count: grey free, white held by the tree alone, green by one request alone, yellow by
@@ -64,6 +64,6 @@ def lesson_figures() -> dict[str, str]:
     """Chapter 3's scenario on the bridge: request 0 has finished (its blocks stay, held by the tree alone),
     requests 1 and 2 share the system prompt's blocks. Both counts show: the shared node has lock_ref 2, its
     blocks ref_count 3 (the tree and two requests)."""
-    kv = PrefixCache(num_blocks=10, block_size=4)
+    kv = BridgeKVCacheManager(num_blocks=10, block_size=4)
     three_chats(kv)
     return {"bridge": bridge_dot(kv, words, name="bridge")}

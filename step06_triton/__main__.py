@@ -8,7 +8,7 @@ import time
 
 from course.demo import chat_ids, demo_parser, stop_ids
 from course.pretrained import timed_load
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 
 from . import INTERPRETED
 from .engine import make_engine

@@ -1,37 +1,45 @@
-"""Replay the whole decode forward as one CUDA graph: a small model's decode step is launch-bound.
+"""Replay whole forwards as CUDA graphs: a small model's step is launch-bound.
 
 Chapter 1's layer launches ~40 small kernels (RMSNorm alone is eight), so a SmolLM2-135M step is over a thousand
 launches of a few microseconds each, while the arithmetic of 64 decode tokens needs far less. Captured once, the
 step becomes one `graph.replay()`. A graph replays fixed addresses and shapes, so (as vLLM's CUDA-graph runner and
-SGLang's `cuda_graph_runner.py` do) we keep static input buffers, capture one graph per padded batch size, copy
-each step's inputs into the buffers and pad the batch: padding rows store nowhere (slot -1) and attend over a
-one-token context. Prefill steps, and batches larger than the largest graph, run eagerly.
+SGLang's `cuda_graph_runner.py` do) we keep static input buffers, capture one graph per padded size, copy each
+step's inputs into the buffers and pad: padding rows store nowhere (slot -1), and their outputs are not read.
+The graph reads the engine's persistent block table in place (the step's `rows` pick its rows inside the graph).
 
-`CUDAGraphModel` wraps the model the engine calls; the engine does not know graphs exist.
+Two kinds of graphs:
+- **decode**, one per padded batch size: every row is one sequence's next token; the graph also computes the
+  LM head, so a replayed decode step hands back every row's logits;
+- **extend**, one per padded token count (up to `max_extend`): a single sequence's chunk after its cached prefix —
+  a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark. Padding rows
+  come after the real ones, so the causal mask keeps every real row from seeing them.
+Other steps (long prefills, mixed batches) run eagerly. `CUDAGraphModel` wraps the model the engine calls; the
+engine does not know graphs exist.
 """
 from __future__ import annotations
 
-import functools
+import contextlib
 
 import torch
 
-from step01_kvcache.layers import MLP, RMSNorm
 from step01_kvcache.model import Transformer
-from step02_paged.kv_pool import KVPool
 
 from .decode_attention import default_num_splits
+from .fusion import fused_decode
 from .triton_attention import TritonMetadata, TritonPagedAttention
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+EXTEND_SIZES = (16, 32, 64, 128, 256)
 
 
 class CUDAGraphModel:
-    """The engine's model, with decode-only steps on `TritonPagedAttention` replayed from CUDA graphs."""
+    """The engine's model, with decode steps and short single-sequence chunks replayed from CUDA graphs."""
 
     def __init__(self, model: Transformer) -> None:
         self.model = model
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.replays = 0  # decode steps served by a graph (the rest ran eagerly)
+        self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
+        self.replays = 0  # steps served by a graph (the rest ran eagerly)
+        self._replayed: torch.Tensor | None = None  # the hidden states the last decode replay returned
 
     # the engine reads these from its model
     config = property(lambda self: self.model.config)
@@ -39,69 +47,87 @@ class CUDAGraphModel:
     dtype = property(lambda self: self.model.dtype)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head; for the rows a decode replay just returned, the logits the graph already computed."""
+        if hidden is self._replayed:
+            return self.logits[: hidden.shape[0]]
         return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
-    def capture(self, pool: KVPool, max_batch: int, max_context: int, fuse_pointwise: bool = False) -> None:
-        """One graph per padded batch size up to `max_batch`, for contexts up to `max_context` tokens.
-
-        A graph removes launch gaps, not launches: chapter 1's RMSNorm is 8 small kernels and SwiGLU 5, so a
-        step still runs ~40 kernels per layer. `fuse_pointwise` captures with those two modules' forwards
-        compiled by torch.compile, which fuses each elementwise chain into one kernel; the graphs keep the
-        fused kernels, and the modules are restored afterwards, so eager (prefill) steps run chapter 1's code."""
+    def capture(self, engine, max_batch: int | None = None, max_extend: int = EXTEND_SIZES[-1],
+                fuse: bool = False) -> None:
+        """Decode graphs up to `max_batch` sequences (default: the engine's seats) and extend graphs up to
+        `max_extend` tokens, reading `engine`'s pool and block table. `fuse` captures the fused step (fusion.py:
+        q/k/v and gate/up one product each, compiled RMSNorm and SwiGLU); eager steps keep chapter 1's code."""
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need the model on a CUDA device")
-        fused = [m for m in self.model.modules() if isinstance(m, (RMSNorm, MLP))] if fuse_pointwise else []
-        compiled = {cls: torch.compile(cls.forward) for cls in {type(m) for m in fused}}  # one graph per class
-        for module in fused:
-            module.forward = functools.partial(compiled[type(module)], module)  # shadows the class's forward
-        try:
-            self._capture_all(pool, max_batch, max_context)
-        finally:
-            for module in fused:
-                del module.forward
-
-    def _capture_all(self, pool: KVPool, max_batch: int, max_context: int) -> None:
-        self.pool, self.max_batch = pool, max_batch
-        n, width = max_batch, -(-max_context // pool.block_size)
-        dev = self.device
+        n = max(max_batch or engine.config.max_num_seqs, max_extend)
+        dev, cfg = self.device, self.config
+        self.pool, self.table = engine.pool, engine.block_table.device_table
+        self.max_batch, self.max_extend = max_batch or engine.config.max_num_seqs, max_extend
         self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
         self.positions = torch.zeros(n, dtype=torch.long, device=dev)
         self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=dev)
-        self.block_table = torch.zeros(n, width, dtype=torch.long, device=dev)
         self.seq_lens = torch.ones(n, dtype=torch.long, device=dev)
-        self.hidden = torch.zeros(n, self.config.hidden_size, dtype=self.dtype, device=dev)
-        self.sizes = [b for b in BATCH_SIZES if b < max_batch] + [max_batch]
+        self.rows = torch.zeros(n, dtype=torch.long, device=dev)
+        self.query_start_loc = torch.zeros(2, dtype=torch.long, device=dev)
+        self.hidden = torch.zeros(n, cfg.hidden_size, dtype=self.dtype, device=dev)
+        self.logits = torch.zeros(self.max_batch, cfg.vocab_size, dtype=self.dtype, device=dev)
+        self.decode_sizes = [b for b in BATCH_SIZES if b < self.max_batch] + [self.max_batch]
+        self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
+        kinds = [("decode", b) for b in reversed(self.decode_sizes)] + [("extend", t) for t in self.extend_sizes]
         mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
-        for bs in reversed(self.sizes):  # largest first, so the pool is sized once
-            md = TritonMetadata(self.positions[:bs], self.slot_mapping[:bs], self.block_table[:bs], self.seq_lens[:bs],
-                                torch.zeros(1, dtype=torch.long, device=dev), bs, 0,
-                                default_num_splits(bs, pool.k.shape[-2], max_context))
-            self._forward(bs, md)  # compile the kernels and warm up outside the capture (slot -1: nothing stored)
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=mempool):
-                self._forward(bs, md)
-            self.graphs[bs] = graph
+        with fused_decode(self.model) if fuse else contextlib.nullcontext():
+            for kind, size in kinds:
+                self._forward(kind, size)  # compile the kernels and warm up outside the capture (slot -1)
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=mempool):
+                    self._forward(kind, size)
+                self.graphs[kind, size] = graph
 
-    def _forward(self, bs: int, md: TritonMetadata) -> None:
-        kv = TritonPagedAttention(self.pool, md)
-        self.hidden[:bs].copy_(self.model(self.input_ids[:bs], self.positions[:bs], kv))
+    def _forward(self, kind: str, size: int) -> None:
+        """The captured computation: a decode batch of `size` rows, or one sequence's chunk of `size` tokens."""
+        rows = size if kind == "decode" else 1
+        table = self.table.index_select(0, self.rows[:rows])
+        if kind == "decode":
+            splits = default_num_splits(size, self.pool.k.shape[-2], self.config.max_position_embeddings)
+            md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:size], self.query_start_loc[:1],
+                                size, 0, splits)
+        else:
+            md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:1], self.query_start_loc, 0, size, 1)
+        hidden = self.model(self.input_ids[:size], self.positions[:size], TritonPagedAttention(self.pool, md))
+        self.hidden[:size].copy_(hidden)
+        if kind == "decode":
+            self.logits[:size].copy_(self.model.compute_logits(hidden))
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv) -> torch.Tensor:
-        n = input_ids.shape[0]
-        md = getattr(kv, "md", None)
-        if (not self.graphs or not isinstance(kv, TritonPagedAttention) or md.num_decodes != n or n > self.max_batch
-                or md.block_table.shape[1] > self.block_table.shape[1]):
+        n, batch = input_ids.shape[0], getattr(kv, "batch", None)
+        self._replayed = None
+        if not self.graphs or batch is None:
             return self.model(input_ids, positions, kv)
-        bs = next(b for b in self.sizes if b >= n)
+        if batch.num_decodes == n and n <= self.max_batch:
+            kind, size = "decode", next(b for b in self.decode_sizes if b >= n)
+        elif batch.num_seqs == 1 and n <= self.max_extend:
+            kind, size = "extend", next(t for t in self.extend_sizes if t >= n)
+            if batch.max_seq_len + size - n > self.config.max_position_embeddings:  # padding past the table's end
+                return self.model(input_ids, positions, kv)
+        else:
+            return self.model(input_ids, positions, kv)
+        rows = n if kind == "decode" else 1
         self.input_ids[:n].copy_(input_ids)
         self.positions[:n].copy_(positions)
-        self.slot_mapping[:n].copy_(md.slot_mapping)
-        self.slot_mapping[n:bs].fill_(-1)
-        self.seq_lens[:n].copy_(md.seq_lens)
-        self.seq_lens[n:bs].fill_(1)
-        self.block_table[:n, : md.block_table.shape[1]].copy_(md.block_table)
-        self.graphs[bs].replay()
+        self.slot_mapping[:n].copy_(batch.slot_mapping)
+        self.slot_mapping[n:size].fill_(-1)
+        self.rows[:rows].copy_(batch.rows)
+        if kind == "decode":
+            self.seq_lens[:n].copy_(batch.seq_lens)
+            self.seq_lens[n:size].fill_(1)
+        else:  # pad the chunk to `size` rows: the context grows by the padding, which no real row can see
+            self.seq_lens[:1].copy_(batch.seq_lens + (size - n))
+            self.query_start_loc[1] = size
+        self.graphs[kind, size].replay()
         self.replays += 1
+        if kind == "decode":
+            self._replayed = self.hidden[:n]
+            return self._replayed
         return self.hidden[:n]

@@ -55,7 +55,7 @@ def run_twice_under_pressure(engine, reference) -> list:
     for _ in range(2):
         outs = drive_to_end(engine, prompts, params)
         assert [o.output_ids for o in outs] == expected
-    assert engine.kv.num_evicted > 0, "the pool was meant to be too small to keep everything cached"
+    assert engine.cache_manager.num_evicted > 0, "the pool was meant to be too small to keep everything cached"
     return outs
 
 

@@ -68,5 +68,5 @@ class EngineMachine(RuleBasedStateMachine):
         while self.engine.has_unfinished():
             self.step()
             self.engine.check_invariants()
-        assert not self.live and not self.engine.kv.holders, "a request outlived the drain"
+        assert not self.live and not self.engine.cache_manager.holders, "a request outlived the drain"
         self.engine.check_invariants()  # includes the engine's rule for a drained engine

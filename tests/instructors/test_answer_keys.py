@@ -181,7 +181,7 @@ def test_step03_q4_eight_requests_with_one_new_prefix():
     engine.step()  # all eight admitted and prefilled in one step
     seqs = [engine.seqs[i] for i in ids]
     assert all(s.num_cached_tokens == 0 for s in seqs), "nothing was published when they were admitted"
-    bm = engine.kv.block_manager
+    bm = engine.cache_manager.block_manager
     full = len(prefix) // 16
     published = {b for s in seqs for b in s.block_table[:full] if bm.entries[b] is not None}
     private = [b for s in seqs for b in s.block_table[:full] if bm.entries[b] is None]
@@ -260,12 +260,12 @@ def test_step05_q1_split_deep_in_the_tree():
 def test_step05_q7_references_at_block_size_one():
     from step02_paged import Engine, EngineConfig
     from step04_radix import RadixKVCacheManager
-    from step05_bridge import PrefixCache
+    from step05_bridge import BridgeKVCacheManager
 
     model = tiny_model(seed=0, max_position_embeddings=4096)
     prompt = [(3 * i) % 250 + 1 for i in range(2000)]
     counts = {}
-    for manager in (PrefixCache, RadixKVCacheManager):
+    for manager in (BridgeKVCacheManager, RadixKVCacheManager):
         engine = Engine(model, EngineConfig(num_blocks=4096, block_size=1, max_num_batched_tokens=4096), manager)
         engine.add_request(prompt, SamplingParams(max_new_tokens=1, **GREEDY))
         while engine.has_unfinished():
@@ -275,10 +275,10 @@ def test_step05_q7_references_at_block_size_one():
         seqs = [engine.seqs[i] for i in ids]
         assert all(s.num_cached_tokens == len(prompt) for s in seqs)
         shared = seqs[0].block_table[: len(prompt)]
-        refs = sum(engine.kv.block_manager.ref_count[b] for b in shared)
-        _, shared_node = engine.kv.tree.match_prefix(prompt)  # where the eight requests' common prefix ends
+        refs = sum(engine.cache_manager.block_manager.ref_count[b] for b in shared)
+        _, shared_node = engine.cache_manager.tree.match_prefix(prompt)  # where the eight requests' common prefix ends
         counts[manager.__name__] = (refs, shared_node.lock_ref)
-    bridge_refs, _ = counts["PrefixCache"]
+    bridge_refs, _ = counts["BridgeKVCacheManager"]
     _, radix_locks = counts["RadixKVCacheManager"]
     assert bridge_refs == len(prompt) * 9
     says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}")

@@ -58,28 +58,29 @@ def shared_setup() -> tuple[KVCacheManager, Sequence, Sequence]:
     kv = KVCacheManager(num_blocks=6, block_size=4)
     a = Sequence(0, list(range(8)), SamplingParams())
     assert kv.allocate_slots(a, 8)
-    a.num_computed_tokens = 8
+    a.advance(8)
     b = Sequence(1, list(range(4)) + [50, 51], SamplingParams())
     assert kv.allocate_slots(b, 2, PrefixMatch(tuple(a.block_table[:1]), 4))
-    b.num_computed_tokens = 6
+    b.admit(4)
+    b.advance(2)
     kv.check_invariants()
     return kv, a, b
 
 
 def test_to_dot_is_deterministic():
     first, second = engine_after(3), engine_after(3)
-    assert block_tables_dot(first.kv) == block_tables_dot(second.kv)
-    assert block_tables_dot(first.kv) == block_tables_dot(first.kv), "drawing changed the state"
+    assert block_tables_dot(first.cache_manager) == block_tables_dot(second.cache_manager)
+    assert block_tables_dot(first.cache_manager) == block_tables_dot(first.cache_manager), "drawing changed the state"
     # the order in which sequences became holders is not part of the state
-    text = block_tables_dot(first.kv)
-    first.kv.holders = dict(reversed(list(first.kv.holders.items())))
-    assert block_tables_dot(first.kv) == text
-    assert block_tables_dot(engine_after(4).kv) != text, "the picture did not change with the state"
+    text = block_tables_dot(first.cache_manager)
+    first.cache_manager.holders = dict(reversed(list(first.cache_manager.holders.items())))
+    assert block_tables_dot(first.cache_manager) == text
+    assert block_tables_dot(engine_after(4).cache_manager) != text, "the picture did not change with the state"
 
 
 @pytest.mark.parametrize("steps", [0, 1, 3, 6])
 def test_every_block_is_drawn_with_its_ref_count(steps):
-    kv = engine_after(steps).kv
+    kv = engine_after(steps).cache_manager
     nodes = block_nodes(block_tables_dot(kv))
     assert sorted(nodes) == list(range(kv.num_blocks)), "every pool block, free or not, is one node"
     bm = kv.block_manager
@@ -93,7 +94,7 @@ def test_every_block_is_drawn_with_its_ref_count(steps):
 
 @pytest.mark.parametrize("steps", [1, 2, 4])
 def test_each_table_cell_points_at_its_block(steps):
-    kv = engine_after(steps).kv
+    kv = engine_after(steps).cache_manager
     dot = block_tables_dot(kv)
     expected = sorted((s.seq_id, i, b) for s in kv.holders.values() for i, b in enumerate(s.block_table))
     assert expected, "the setup should have sequences holding blocks"
@@ -124,14 +125,14 @@ def test_shared_block_has_two_edges_and_ref_count_two():
 
 
 def test_to_dot_needs_no_dot_binary(monkeypatch):
-    reference = block_tables_dot(engine_after(2).kv)
+    reference = block_tables_dot(engine_after(2).cache_manager)
 
     def refuse(*args, **kwargs):
         raise AssertionError("to_dot must not run a subprocess")
 
     monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(subprocess, "run", refuse)
-    kv = engine_after(2).kv
+    kv = engine_after(2).cache_manager
     assert block_tables_dot(kv) == reference
     assert draw.render_svg(reference) is None
     shown = draw.show(reference)  # the notebook fallback: the DOT text itself
@@ -141,13 +142,14 @@ def test_to_dot_needs_no_dot_binary(monkeypatch):
 @pytest.mark.skipif(not draw.has_dot(), reason="graphviz `dot` not installed")
 def test_dot_source_is_valid_graphviz():
     kv, _, _ = shared_setup()
-    for source in (block_tables_dot(engine_after(3).kv), block_tables_dot(kv), block_tables_dot(engine_after(0).kv)):
+    for manager in (engine_after(3).cache_manager, kv, engine_after(0).cache_manager):
+        source = block_tables_dot(manager)
         assert "<svg" in draw.render_svg(source)
 
 
 @pytest.mark.parametrize("steps", [0, 1, 3, 5])
 def test_occupancy_map_has_one_char_per_block(steps):
-    kv = engine_after(steps).kv
+    kv = engine_after(steps).cache_manager
     occ = occupancy_map(kv)
     assert len(occ) == kv.num_blocks
     free = set(kv.block_manager.free_blocks)
@@ -161,7 +163,7 @@ def test_drained_engine_draws_an_empty_pool():
     engine = engine_after(0)
     while engine.has_unfinished():
         engine.step()
-    kv = engine.kv
+    kv = engine.cache_manager
     assert occupancy_map(kv) == "." * kv.num_blocks
     dot = block_tables_dot(kv)
     assert edges(dot) == [] and all("ref 0" in attrs for attrs in block_nodes(dot).values())

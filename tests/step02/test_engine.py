@@ -7,7 +7,7 @@ import pytest
 
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
-from step02_paged import Engine, EngineConfig
+from step02_paged import Engine, EngineConfig, KVCacheManager, PrefixMatch
 from tests.driver import drive_to_end, with_reference
 
 
@@ -88,9 +88,9 @@ def test_abort_frees_blocks(model):
     engine = Engine(model, EngineConfig(num_blocks=16, block_size=4))
     sid = engine.add_request(list(range(20)), SamplingParams(max_new_tokens=5))
     engine.step()
-    assert engine.kv.block_manager.num_free < 16
+    assert engine.cache_manager.block_manager.num_free < 16
     out = engine.abort(sid)
-    assert out.aborted and engine.kv.block_manager.num_free == 16 and not engine.has_unfinished()
+    assert out.aborted and engine.cache_manager.block_manager.num_free == 16 and not engine.has_unfinished()
     with pytest.raises(KeyError):
         engine.abort(sid)
 
@@ -131,3 +131,16 @@ def test_real_model_engine_matches_step01(real_model, tokenizer):
     outs = Engine(real_model, EngineConfig(num_blocks=64, block_size=16, max_num_batched_tokens=64)).generate(
         prompts, params)
     assert [o.output_ids for o in outs] == [generate(real_model, p, params) for p in prompts]
+
+
+@pytest.mark.task("task2.allocate_slots")
+def test_free_releases_a_table_tail_first():
+    """As vLLM's KVCacheManager frees: a request's last block goes back to the free list first, so the free list
+    hands out its end before its start (the start is what other requests are likelier to share)."""
+    kv = KVCacheManager(num_blocks=3, block_size=4)
+    seq = kv.new_sequence(0, list(range(12)), SamplingParams())
+    assert kv.allocate_slots(seq, 12, PrefixMatch())
+    table = list(seq.block_table)
+    kv.free(seq)
+    assert list(kv.block_manager.free_blocks) == table[::-1]
+    kv.check_invariants()

@@ -5,6 +5,7 @@ import random
 
 from step01_kvcache.generate import SamplingParams
 from step02_paged import Engine, EngineConfig
+from step02_paged.scheduler import admit as admit_after_match
 from step03_prefix_hash import HashedSequence, PrefixCachingKVCacheManager
 
 
@@ -17,12 +18,13 @@ def admit(kv: PrefixCachingKVCacheManager, seq: HashedSequence) -> int:
     """What the scheduler does on admission: look up, then allocate the rest of the prompt. Returns hit tokens."""
     match = kv.get_computed_blocks(seq)
     assert kv.allocate_slots(seq, seq.num_tokens - match.num_tokens, match), "the pool was meant to be large enough"
+    admit_after_match(kv, seq, match)
     return match.num_tokens
 
 
 def compute(kv: PrefixCachingKVCacheManager, seq: HashedSequence, upto: int | None = None) -> None:
     """What a forward does: K/V of tokens up to `upto` now exist; the manager publishes full blocks."""
-    seq.num_computed_tokens = seq.num_tokens if upto is None else upto
+    seq.advance((seq.num_tokens if upto is None else upto) - seq.num_computed_tokens)
     kv.on_computed(seq)
 
 

@@ -91,7 +91,7 @@ def test_concurrent_requests_share_blocks(model):
     engine.step()
     tables = [engine.seqs[i].block_table for i in ids]
     assert tables[0][:4] == tables[1][:4]
-    assert [engine.kv.block_manager.ref_count[b] for b in tables[0][:4]] == [2, 2, 2, 2]
+    assert [engine.cache_manager.block_manager.ref_count[b] for b in tables[0][:4]] == [2, 2, 2, 2]
     engine.check_invariants()
     drive_to_end(engine)
 
@@ -124,10 +124,10 @@ def test_reset_only_when_idle(model):
     sid = engine.add_request(list(range(9)), SamplingParams(max_new_tokens=4))
     engine.step()
     with pytest.raises(RuntimeError, match="finish or abort"):
-        engine.kv.reset()
+        engine.cache_manager.reset_cache()
     engine.check_invariants()
     assert engine.abort(sid).aborted
-    assert engine.kv.reset() > 0
+    assert engine.cache_manager.reset_cache() > 0
     [out] = drive_to_end(engine, [list(range(9))], SamplingParams(max_new_tokens=2))
     assert out.num_cached_tokens == 0
 
@@ -138,7 +138,7 @@ def test_abort_keeps_computed_blocks_cached(model):
     engine.step()
     engine.abort(sid)
     engine.check_invariants()  # drained: every block free (cached ones in the LRU queue)
-    assert engine.kv.block_manager.num_cached == 2
+    assert engine.cache_manager.block_manager.num_cached == 2
     [out] = drive_to_end(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
     assert out.num_cached_tokens == 8
 
@@ -159,7 +159,7 @@ def test_a_stale_match_is_refused_and_changes_nothing(model):
     matched block in between. Allocating with the old match must fail loudly, not share someone else's K/V."""
     engine = cached_engine(model, num_blocks=4, block_size=4)
     drive_to_end(engine, [list(range(9))], SamplingParams(max_new_tokens=1))  # blocks 0, 1 cached and free
-    kv = engine.kv
+    kv = engine.cache_manager
     a = kv.new_sequence(10, list(range(9)), SamplingParams(max_new_tokens=1))
     match = kv.get_computed_blocks(a)
     assert match.num_tokens == 8
@@ -184,9 +184,9 @@ def test_pictures_are_deterministic(model):
         engine.step()
         return engine
     a, b = run(), run()
-    dot = hash_tree_dot(a.kv, decode=lambda ids: " ".join(map(str, ids)))
-    assert dot == hash_tree_dot(b.kv, decode=lambda ids: " ".join(map(str, ids)))
+    dot = hash_tree_dot(a.cache_manager, decode=lambda ids: " ".join(map(str, ids)))
+    assert dot == hash_tree_dot(b.cache_manager, decode=lambda ids: " ".join(map(str, ids)))
     assert dot.count('"root" -> ') == 2, "two first blocks: [1 1 1 1] and [3 3 3 3]"
     assert '"seq3"' in dot and "LRU free queue" in dot
-    text = hash_tree_text(a.kv)
-    assert text == hash_tree_text(b.kv) and text.startswith("root") and "ref 1" in text
+    text = hash_tree_text(a.cache_manager)
+    assert text == hash_tree_text(b.cache_manager) and text.startswith("root") and "ref 1" in text

@@ -41,14 +41,14 @@ class PrefixEngineMachine(EngineMachine):
 
     @rule()
     def reset(self):
-        if self.engine.kv.holders:
-            before = snapshot(self.engine.kv)
+        if self.engine.cache_manager.holders:
+            before = snapshot(self.engine.cache_manager)
             with pytest.raises(RuntimeError):
-                self.engine.kv.reset()
-            assert snapshot(self.engine.kv) == before
+                self.engine.cache_manager.reset_cache()
+            assert snapshot(self.engine.cache_manager) == before
         else:
-            self.engine.kv.reset()
-            assert self.engine.kv.block_manager.num_cached == 0
+            self.engine.cache_manager.reset_cache()
+            assert self.engine.cache_manager.block_manager.num_cached == 0
 
 
 TestPrefixEngineMachine = PrefixEngineMachine.TestCase

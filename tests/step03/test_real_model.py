@@ -29,7 +29,7 @@ def test_shared_prefix_round1_90_percent_round2_100_percent_identical_and_clean(
     assert [o.num_cached_tokens for o in rounds[1]] == [(len(p) - 1) // 16 * 16 for p in prompts]
     off = Engine(real_model, cfg).generate(prompts, params)
     assert [o.output_ids for o in rounds[0]] == [o.output_ids for o in rounds[1]] == [o.output_ids for o in off]
-    assert engine.kv.stats.hit_requests == 19
+    assert engine.cache_manager.stats.hit_requests == 19
 
 
 @pytest.mark.slow

@@ -64,7 +64,7 @@ def test_full_hit_recomputes_only_the_last_token(model):
     engine.step()
     seq = engine.seqs[sid]
     assert engine.last_scheduled == [(sid, 1)], "one token (the last of the prompt) is computed"
-    assert seq.cache_protected_len == 30 and engine.kv.tree.depth(seq.last_node) == 30
+    assert seq.cache_protected_len == 30 and engine.cache_manager.tree.depth(seq.last_node) == 30
     while engine.has_unfinished():
         out = engine.step()
     assert out[0].output_ids == first.output_ids and out[0].num_cached_tokens == 29
@@ -80,7 +80,7 @@ def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
     engine.step()
     engine.step()  # a has computed 32 tokens, all in the tree, locked by a alone
     seq_a = engine.seqs[a]
-    assert seq_a.cache_protected_len == 32 and engine.kv.tree.protected_size == 32
+    assert seq_a.cache_protected_len == 32 and engine.cache_manager.tree.protected_size == 32
     b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
     outs = {o.seq_id: o for o in drive_to_end(engine)}
     assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens computed by a's chunks"
@@ -109,9 +109,9 @@ def test_abort_unlocks_and_keeps_the_computed_tokens(model):
     sid = engine.add_request(prompt, SamplingParams(max_new_tokens=4))
     engine.step()
     engine.step()
-    assert engine.kv.tree.protected_size == 16
+    assert engine.cache_manager.tree.protected_size == 16
     out = engine.abort(sid)
-    assert out.aborted and engine.kv.tree.protected_size == 0 and engine.kv.tree.total_size == 16
+    assert out.aborted and engine.cache_manager.tree.protected_size == 0 and engine.cache_manager.tree.total_size == 16
     engine.check_invariants()
     again = drive_to_end(engine, [prompt], SamplingParams(max_new_tokens=4))[0]
     assert again.num_cached_tokens == 16
@@ -126,19 +126,20 @@ def test_reset_cache_only_when_drained(model):
     drive_to_end(engine, [list(range(20))], SamplingParams(max_new_tokens=2))
     engine.add_request(list(range(20)), SamplingParams(max_new_tokens=2))
     engine.step()
-    with pytest.raises(ValueError, match="drained"):
-        engine.kv.reset_cache()
+    with pytest.raises(RuntimeError, match="finish or abort"):
+        engine.cache_manager.reset_cache()
     while engine.has_unfinished():
         engine.step()
-    engine.kv.reset_cache()
-    assert engine.kv.tree.total_size == 0 and engine.kv.block_manager.num_free == engine.config.num_blocks
+    engine.cache_manager.reset_cache()
+    kv = engine.cache_manager
+    assert kv.tree.total_size == 0 and kv.block_manager.num_free == engine.config.num_blocks
     engine.check_invariants()
 
 
 def test_cache_off_is_plain_paging_with_one_token_slots(model):
     engine = radix_engine(model, on=False)
-    assert type(engine.kv) is KVCacheManager and engine.kv.block_size == 1
-    assert isinstance(radix_engine(model).kv, RadixKVCacheManager)
+    assert type(engine.cache_manager) is KVCacheManager and engine.cache_manager.block_size == 1
+    assert isinstance(radix_engine(model).cache_manager, RadixKVCacheManager)
 
 
 def test_bad_configuration_and_input_are_rejected(model):
@@ -159,10 +160,10 @@ def test_occupancy_map_and_dot_show_owners(model):
     sid = engine.add_request(list(range(6)) + [99] * 6, SamplingParams(max_new_tokens=4))
     engine.step()  # prefill (6 tokens from the tree + 6 computed): all 12 now in the tree, locked
     engine.step()  # one decode: its slot is private
-    occ = occupancy_map(engine.kv)
+    occ = occupancy_map(engine.cache_manager)
     assert occ.count("*") == 12 and occ.count(str(sid)) == 1, occ
     assert occ.count("-") == 11 - 6, "the first request's unshared tokens: cached, evictable"
-    dot = cache_dot(engine.kv)
+    dot = cache_dot(engine.cache_manager)
     assert f'"seq{sid}" -> "n' in dot and "last_node" in dot
 
 
@@ -193,7 +194,7 @@ def test_every_workload_cache_on_equals_off(wide_model, workload_prompts, name):
     for on in (False, True):
         engine = radix_engine(wide_model, on=on, num_blocks=slots, max_num_seqs=8, max_num_batched_tokens=512)
         sequential = [drive_to_end(engine, [p], params)[0] for p in every_round]
-        concurrent = drive_to_end(Engine(wide_model, engine.config, type(engine.kv)), prompts, params)
+        concurrent = drive_to_end(Engine(wide_model, engine.config, type(engine.cache_manager)), prompts, params)
         results[on] = sequential, concurrent
     (seq_off, con_off), (seq_on, con_on) = results[False], results[True]
     assert [o.output_ids for o in seq_on] == [o.output_ids for o in seq_off]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from step01_kvcache.generate import SamplingParams
+from step02_paged.scheduler import admit as admit_after_match
 from step04_radix import RadixKVCacheManager, RadixSequence, TreeMatch
 
 
@@ -13,12 +14,13 @@ def admit(kv: RadixKVCacheManager, seq: RadixSequence) -> int:
     """What the scheduler does: match, then allocate the rest; returns the number of cached tokens."""
     match = kv.get_computed_blocks(seq)
     assert kv.allocate_slots(seq, seq.num_tokens - match.num_tokens, match)
+    admit_after_match(kv, seq, match)
     return match.num_tokens
 
 
 def compute(kv: RadixKVCacheManager, seq: RadixSequence, n: int) -> None:
     """What a forward does to the bookkeeping: n more tokens have K/V, then the manager is told."""
-    seq.num_computed_tokens += n
+    seq.advance(n)
     kv.on_computed(seq)
     kv.check_invariants()
 
@@ -133,7 +135,7 @@ def test_a_preempted_request_is_counted_once():
     assert admit(kv, s) == 4
     compute(kv, s, 1)
     kv.free(s)  # what the scheduler's preemption does
-    s.num_computed_tokens, s.num_preemptions = 0, 1
+    s.preempt()
     assert admit(kv, s) == 5
-    assert [c for *_, c in kv.admissions] == [0, 4] and s.num_cached_tokens == 4
+    assert [c for *_, c in kv.stats.recent] == [0, 4] and s.num_cached_tokens == 4
     kv.check_invariants()

@@ -12,7 +12,7 @@ from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
-from step05_bridge import PrefixCache
+from step05_bridge import BridgeKVCacheManager
 from step05_bridge.pictures import bridge_dot
 from tests.driver import (
     drive_to_end,
@@ -37,7 +37,7 @@ def bridge_engine(model, on: bool = True, **kw) -> Engine:
     """Chapter 2's engine with the bridge (or, off, chapter 2's manager)."""
     config = EngineConfig(**{"num_blocks": 256, "block_size": 4, "max_num_seqs": 4, "max_num_batched_tokens": 32,
                              **kw})
-    return Engine(model, config, PrefixCache if on else KVCacheManager)
+    return Engine(model, config, BridgeKVCacheManager if on else KVCacheManager)
 
 
 BRIDGE_TASKS = [pytest.mark.task("task5.span"), pytest.mark.task("task5.insert"), pytest.mark.task("task5.dedup")]
@@ -65,7 +65,8 @@ def test_hits_equal_the_block_hash_at_the_same_block_size(model, bs):
     prompts = shared_prompts(12, seed=4) * 2
     params = SamplingParams(max_new_tokens=3)
     config = EngineConfig(num_blocks=256, block_size=bs, max_num_seqs=4, max_num_batched_tokens=32)
-    engines = {"bridge": Engine(model, config, PrefixCache), "hash": Engine(model, config, PrefixCachingKVCacheManager)}
+    engines = {"bridge": Engine(model, config, BridgeKVCacheManager),
+               "hash": Engine(model, config, PrefixCachingKVCacheManager)}
     if bs == 1:
         engines["radix"] = Engine(model, config, RadixKVCacheManager)
     hits = {name: [drive_to_end(e, [p], params)[0].num_cached_tokens for p in prompts] for name, e in engines.items()}
@@ -81,7 +82,7 @@ def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
     engine.add_request(stem + [1, 2], SamplingParams(max_new_tokens=4))
     engine.step()
     engine.step()  # a has computed 32 tokens: 8 full blocks in the tree, a locks them
-    assert engine.kv.num_cached_blocks == 8 and engine.kv.tree.protected_size == 32
+    assert engine.cache_manager.num_cached_blocks == 8 and engine.cache_manager.tree.protected_size == 8
     b = engine.add_request(stem + [9], SamplingParams(max_new_tokens=4))
     outs = {o.seq_id: o for o in drive_to_end(engine)}
     assert outs[b].num_cached_tokens == 48, "b shares all 48 stem tokens (12 blocks) computed by a's chunks"
@@ -99,7 +100,8 @@ class CountingAttention(PagedAttention):
         return super().for_step(*args)
 
 
-@pytest.mark.parametrize("manager", [KVCacheManager, PrefixCachingKVCacheManager, RadixKVCacheManager, PrefixCache])
+@pytest.mark.parametrize("manager",
+                         [KVCacheManager, PrefixCachingKVCacheManager, RadixKVCacheManager, BridgeKVCacheManager])
 def test_every_manager_runs_on_the_attention_it_is_given(model, reference, manager):
     """The engine's two seams are independent: any chapter's cache manager runs on any attention class."""
     prompts, params, expected = reference
@@ -133,21 +135,21 @@ def test_bad_configuration_and_input_are_rejected(model):
     with pytest.raises(ValueError, match="pool has only 4"):
         engine.add_request(list(range(15)), SamplingParams(max_new_tokens=4))
     assert not engine.has_unfinished()
-    assert type(bridge_engine(model, on=False).kv) is KVCacheManager
-    assert isinstance(engine.kv, PrefixCache)
+    assert type(bridge_engine(model, on=False).cache_manager) is KVCacheManager
+    assert isinstance(engine.cache_manager, BridgeKVCacheManager)
 
 
 def test_dot_shows_three_layers(model):
     engine = bridge_engine(model, num_blocks=16, max_num_batched_tokens=8)
     drive_to_end(engine, [list(range(10))], SamplingParams(max_new_tokens=2))
     assert '"b0" BGCOLOR="white">0<BR/>tree</TD><TD PORT="b1" BGCOLOR="white">1<BR/>tree</TD><TD PORT="b2" ' \
-           'BGCOLOR="#cccccc">2<BR/>free' in bridge_dot(engine.kv), "drained: blocks held by the tree alone"
+           'BGCOLOR="#cccccc">2<BR/>free' in bridge_dot(engine.cache_manager), "drained: blocks held by the tree alone"
     sid = engine.add_request(list(range(9)) + [99] * 6, SamplingParams(max_new_tokens=4))
     engine.step()
-    dot = bridge_dot(engine.kv)
+    dot = bridge_dot(engine.cache_manager)
     assert f'"seq{sid}" -> "n' in dot and "last_node" in dot and '"b0" BGCOLOR="#fde293">0<BR/>ref 2' in dot, dot
     assert '"n1" -> "pool":b0' in dot, "a node points at the blocks it owns"
-    assert dot == bridge_dot(engine.kv), "deterministic"
+    assert dot == bridge_dot(engine.cache_manager), "deterministic"
 
 
 # ---- every course workload, tiny model, real tokens ---------------------------------------------------------
@@ -169,7 +171,7 @@ def test_every_workload_cache_on_equals_off(wide_model, tokenizer, name):
         engine = bridge_engine(wide_model, on=on, num_blocks=blocks, block_size=16, max_num_seqs=8,
                                max_num_batched_tokens=512)
         sequential = [drive_to_end(engine, [p], params)[0] for p in every_round]
-        concurrent = drive_to_end(Engine(wide_model, engine.config, type(engine.kv)), prompts, params)
+        concurrent = drive_to_end(Engine(wide_model, engine.config, type(engine.cache_manager)), prompts, params)
         results[on] = sequential, concurrent
     (seq_off, con_off), (seq_on, con_on) = results[False], results[True]
     assert [o.output_ids for o in seq_on] == [o.output_ids for o in seq_off]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import settings
 
 from step02_paged import Engine, EngineConfig
-from step05_bridge import PrefixCache
+from step05_bridge import BridgeKVCacheManager
 from tests.machines import MODEL, EngineMachine
 
 
@@ -15,7 +15,7 @@ class BridgeEngineMachine(EngineMachine):
 
     def make_engine(self):
         return Engine(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
-                                          max_num_batched_tokens=10), PrefixCache)
+                                          max_num_batched_tokens=10), BridgeKVCacheManager)
 
     def check_output(self, out, prompt):
         assert out.num_cached_tokens % self.block_size == 0, "hits are whole blocks"

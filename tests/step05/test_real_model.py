@@ -7,7 +7,7 @@ import pytest
 from course.workloads import get_workload
 from step01_kvcache.generate import SamplingParams
 from step02_paged import Engine, EngineConfig
-from step05_bridge import PrefixCache
+from step05_bridge import BridgeKVCacheManager
 from tests.driver import demo_answer_matches_step01, drive_to_end
 
 
@@ -20,7 +20,7 @@ def test_shared_prefix_hits_like_the_block_hash_identical_and_clean(real_model, 
     prompts = get_workload("shared_prefix").prompts(tokenizer)
     params = SamplingParams(max_new_tokens=4)
     cfg = EngineConfig(num_blocks=160, block_size=16)
-    engine = Engine(real_model, cfg, PrefixCache)
+    engine = Engine(real_model, cfg, BridgeKVCacheManager)
     rounds = [[drive_to_end(engine, [p], params)[0] for p in prompts] for _ in range(2)]
     assert [sum(o.num_cached_tokens > 0 for o in r) / len(r) for r in rounds] == [0.9, 1.0]
     shared = 437 // 16 * 16  # the workload's shared prefix, in whole blocks
@@ -29,7 +29,7 @@ def test_shared_prefix_hits_like_the_block_hash_identical_and_clean(real_model, 
     off = Engine(real_model, cfg)
     expected = [o.output_ids for o in off.generate(prompts, params)]
     assert [o.output_ids for o in rounds[0]] == [o.output_ids for o in rounds[1]] == expected
-    assert all(engine.kv.block_manager.ref_count[b] == 1 for b in engine.kv.tree.all_blocks())
+    assert all(engine.cache_manager.block_manager.ref_count[b] == 1 for b in engine.cache_manager.tree.all_blocks())
 
 
 @pytest.mark.slow

@@ -1,10 +1,11 @@
-"""PrefixCache: the Pico-vLLM write-up's bridge between a token-level radix tree and a block-level BlockManager.
+"""BridgeKVCacheManager: the Pico-vLLM write-up's bridge between a token-level radix tree and a block-level
+BlockManager (the write-up calls this layer `BridgeKVCacheManager`).
 
 Three layers, each with one job:
 
     BlockRadixTree   token granularity: where do prompts share a prefix?   (match_prefix, insert, lock_ref)
          |
-    PrefixCache      aligns to blocks and keeps the two levels of reference counts consistent   (this file)
+    the bridge       aligns to blocks and keeps the two levels of reference counts consistent   (this file)
          |
     BlockManager     block granularity: which blocks are in use?   (allocate, retain, release)
 
@@ -29,31 +30,35 @@ Life of a request (chapter 4's, with blocks and a second count):
 3. finish, abort or preemption: `cache_finished_req` inserts what was computed, then releases exactly the
    blocks its block table lists — never blocks found by matching its tokens again (the write-up's "release by
    re-match" mistake) — and unlocks.
+
+Admission, the move of the lock and the invariants that tie a request to its place in the tree are chapter 4's
+(`allocate_on_tree`, `move_lock`, `check_tree_holders`): they do not depend on who counts what. What differs is
+the ownership model, and it is all in this file: the request takes a reference on every block it shares, the
+tree one on every block it adopts, a duplicate is swapped for the tree's block, and release is by block table.
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 
-from step01_kvcache.generate import SamplingParams
+from step01_kvcache.request import SamplingParams
 from step02_paged.block_manager import BlockManager
-from step02_paged.cache_manager import CacheManager, cdiv
-from step02_paged.kv_cache_manager import check_block_tables, table_slot_usage
-from step04_radix.radix_cache import RadixSequence, TreeMatch, check_match
+from step02_paged.cache_manager import CacheManager
+from step02_paged.kv_cache_manager import check_block_tables, check_slot_usage
+from step04_radix.radix_cache import RadixSequence, TreeMatch, allocate_on_tree, check_tree_holders, move_lock
 
 from .block_radix_tree import BlockRadixTree
 
 
-class PrefixCache(CacheManager):
+class BridgeKVCacheManager(CacheManager):
     """A BlockRadixTree over a BlockManager of `num_blocks` blocks of `block_size` tokens."""
 
-    def __init__(self, num_blocks: int, block_size: int = 16) -> None:
-        self.block_size = block_size
+    design = "bridge"
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        super().__init__(block_size)
         self.block_manager = BlockManager(num_blocks)
         self.tree = BlockRadixTree(block_size)
-        self.holders: dict[int, RadixSequence] = {}
         self.num_evicted = 0  # blocks taken back from the tree under memory pressure
-        # the first admission of each request, (seq_id, prompt tokens, of them cached), for hit rates
-        self.admissions: deque[tuple[int, int, int]] = deque(maxlen=4096)
 
     def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> RadixSequence:
         return RadixSequence(seq_id, prompt_ids, params)
@@ -66,32 +71,13 @@ class PrefixCache(CacheManager):
         return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
 
     def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
-        """Room for `num_new_tokens` more tokens, all or nothing. On admission the match's node is locked first
-        (so that the eviction that may follow cannot take it) and the request holds each shared block."""
+        """Chapter 4's admission (lock the match's node, evict if short, allocate, all or nothing), then level 1
+        of the count: on admission the request holds each block it shares with the tree."""
         admitting = seq.seq_id not in self.holders
-        hits = list(match.blocks) if match else []
-        check_match(self.tree, seq, admitting, match)
-        bm = self.block_manager
-        node = match.node if hits else self.tree.root
-        computed = len(hits) * self.block_size if hits else seq.num_computed_tokens
-        need = max(0, cdiv(computed + num_new_tokens, self.block_size) - len(seq.block_table) - len(hits))
-        if admitting:
-            self.tree.inc_lock_ref(node)
-        if need > bm.num_free:
-            self.evict(need - bm.num_free)
-        if not bm.can_allocate(need):
-            if admitting:
-                self.tree.dec_lock_ref(node)
+        if not allocate_on_tree(self, seq, num_new_tokens, match):
             return False
-        if admitting:
-            bm.retain(hits)  # level 1: the request holds the blocks it shares with the tree
-            seq.block_table, seq.num_computed_tokens = hits, computed
-            seq.last_node, seq.cache_protected_len = node, self.tree.depth(node)
-            seq.num_prefill_tokens = seq.num_tokens
-            self.holders[seq.seq_id] = seq
-            if seq.record_prompt_hit(computed):
-                self.admissions.append((seq.seq_id, seq.num_prompt_tokens, computed))
-        seq.block_table += bm.allocate(need)
+        if admitting and match:
+            self.block_manager.retain(match.blocks)  # level 1: the request holds the blocks it shares
         return True
 
     def evict(self, num: int) -> int:
@@ -110,7 +96,7 @@ class PrefixCache(CacheManager):
     def _insert(self, seq: RadixSequence) -> int:
         """Insert the computed tokens with the full blocks that hold them. The tree takes a reference on each
         block it adopts, and only on those: a prefix it held already keeps the reference it has.
-        Returns how many tokens were inserted."""
+        Returns how many tokens were inserted (all the computed ones)."""
         # BEGIN SOLUTION task5.insert
         n = seq.num_computed_tokens
         blocks = seq.block_table[: n // self.block_size]
@@ -123,22 +109,19 @@ class PrefixCache(CacheManager):
         """Give the computed prefix to the tree and keep using it through a lock on its last node. Where the
         request computed a block the tree already had (two requests prefilled the same prompt at once), it
         takes a reference on the tree's block and drops its own, which frees it."""
-        n = self._insert(seq)
-        blocks, node = self.tree.match_prefix(seq.all_token_ids[:n])
+        start = seq.cache_protected_len // self.block_size  # the table names the tree's blocks up to here
+        blocks = move_lock(self.tree, seq, self._insert(seq))
         # BEGIN SOLUTION task5.dedup
-        own = seq.block_table[: len(blocks)]
-        swap = [i for i, (mine, theirs) in enumerate(zip(own, blocks)) if mine != theirs]
-        self.block_manager.retain([blocks[i] for i in swap])
+        own, theirs = seq.block_table[start: len(blocks)], blocks[start:]
+        swap = [i for i, (mine, tree_block) in enumerate(zip(own, theirs)) if mine != tree_block]
+        self.block_manager.retain([theirs[i] for i in swap])
         self.block_manager.release([own[i] for i in swap])
-        seq.block_table[: len(blocks)] = blocks
+        seq.rewrite_blocks(start, theirs)
         # END SOLUTION
-        self.tree.inc_lock_ref(node)
-        self.tree.dec_lock_ref(seq.last_node)
-        seq.last_node, seq.cache_protected_len = node, n
 
     def cache_finished_req(self, seq: RadixSequence) -> None:
         """Cache what was computed, then drop every reference the request holds — the ones in its block table,
-        never blocks found by matching its tokens again — and unlock."""
+        never blocks found by matching its tokens again — tail first, and unlock."""
         self._insert(seq)
         self.block_manager.release(seq.block_table[::-1])
         self.tree.dec_lock_ref(seq.last_node)
@@ -150,51 +133,45 @@ class PrefixCache(CacheManager):
             self.cache_finished_req(seq)
             del self.holders[seq.seq_id]
 
-    def reset_cache(self) -> None:
-        """Drop every cached block (nobody may hold a lock): the tree's references are released."""
+    def reset_cache(self) -> int:
+        """Drop every cached block (nobody may hold a lock): the tree's references are released. Returns how
+        many blocks the tree held."""
         if self.holders or self.tree.protected_size:
-            raise ValueError(f"{len(self.holders)} sequences still use the cache; reset only a drained engine")
-        self.block_manager.release(self.tree.all_blocks())
+            raise RuntimeError(f"cannot reset the prefix cache while {len(self.holders)} requests use it; "
+                               "finish or abort them first")
+        blocks = self.tree.all_blocks()
+        self.block_manager.release(blocks)
         self.tree.reset()
+        return len(blocks)
 
     # ---- accounting --------------------------------------------------------------------------------------
     @property
     def num_cached_blocks(self) -> int:
-        return len(self.tree.all_blocks())
+        return self.tree.total_size
 
     def private_blocks(self, seq: RadixSequence) -> list[int]:
         """The part of the block table after the tree's full blocks of the locked prefix: the request's own."""
         return seq.block_table[seq.cache_protected_len // self.block_size:]
 
-    def slot_usage(self) -> tuple[int, int]:
-        """As chapter 2 counts it: the blocks live requests hold, a shared block once."""
-        return table_slot_usage(self.holders.values(), self.block_size)
+    def num_held_blocks(self) -> int:
+        """Blocks live requests hold: all but the free ones and those of unlocked nodes, whose only holder is
+        the tree (reclaimable, as chapter 3's free cached blocks are)."""
+        return self.num_blocks - self.block_manager.num_free - self.tree.evictable_size
 
     def check_invariants(self) -> None:
         """The tree's; the two-level count (ref_count = block tables listing the block + 1 if the tree holds
-        it); each request's place in the tree; each lock_ref counting the requests under it; a private block
-        is its request's alone, and a block of an unlocked node the tree's alone (evicting it frees memory)."""
+        it); each request's place in the tree and the lock counts (chapter 4's `check_tree_holders`); a private
+        block is its request's alone, and a block of an unlocked node the tree's alone (evicting it frees memory)."""
         tree, bm = self.tree, self.block_manager
         tree.check_invariants()
         bm.check_invariants()
         check_block_tables(list(self.holders.values()), bm, self.block_size, Counter(tree.all_blocks()))
-        locks: Counter = Counter()
+        check_tree_holders(tree, self.holders)
+        check_slot_usage(self)
         for seq in self.holders.values():
-            node = seq.last_node
-            assert node is not None and tree.contains(node), f"sequence {seq.seq_id} holds no node of the tree"
-            assert seq.cache_protected_len == tree.depth(node), \
-                f"sequence {seq.seq_id}: cache_protected_len {seq.cache_protected_len} != depth of its last_node"
-            shared = seq.cache_protected_len // self.block_size
-            assert seq.block_table[:shared] == tree.prefix_blocks(node), \
-                f"sequence {seq.seq_id}: block table does not start with the tree's blocks of its prefix"
-            assert seq.all_token_ids[: seq.cache_protected_len] == tree.prefix_tokens(node), \
-                f"sequence {seq.seq_id}: its last_node's path is not its own prefix"
             for b in self.private_blocks(seq):
                 assert bm.ref_count[b] == 1, f"sequence {seq.seq_id}: private block {b} has ref_count {bm.ref_count[b]}"
-            locks.update(n.id for n in tree.path(node))
         for node in tree.nodes():
-            assert node.lock_ref == locks.get(node.id, 0), \
-                f"{node!r}: lock_ref {node.lock_ref} but {locks.get(node.id, 0)} live requests lock it"
             if node.lock_ref == 0:
                 for b in node.value:
                     assert bm.ref_count[b] == 1, f"block {b} of unlocked {node!r} has ref_count {bm.ref_count[b]}: " \

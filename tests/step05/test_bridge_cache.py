@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from step01_kvcache.generate import SamplingParams
+from step02_paged.scheduler import admit as admit_after_match
 from step04_radix import RadixSequence
-from step05_bridge import PrefixCache
+from step05_bridge import BridgeKVCacheManager
 
 BS = 4
 
@@ -16,40 +17,41 @@ def seq(i: int, tokens: list[int]) -> RadixSequence:
     return RadixSequence(i, list(tokens), SamplingParams(max_new_tokens=4))
 
 
-def admit(kv: PrefixCache, s: RadixSequence) -> int:
+def admit(kv: BridgeKVCacheManager, s: RadixSequence) -> int:
     """What the scheduler does: match, then allocate the rest; returns the cached (block-aligned) tokens."""
     match = kv.get_computed_blocks(s)
     assert kv.allocate_slots(s, s.num_tokens - match.num_tokens, match)
+    admit_after_match(kv, s, match)
     kv.check_invariants()
     return match.num_tokens
 
 
-def compute(kv: PrefixCache, s: RadixSequence, n: int | None = None) -> None:
+def compute(kv: BridgeKVCacheManager, s: RadixSequence, n: int | None = None) -> None:
     """What a forward does to the bookkeeping: n more tokens (default: the rest) have K/V."""
-    s.num_computed_tokens = s.num_tokens if n is None else s.num_computed_tokens + n
+    s.advance(s.num_tokens - s.num_computed_tokens if n is None else n)
     kv.on_computed(s)
     kv.check_invariants()
 
 
-def finish(kv: PrefixCache, s: RadixSequence) -> None:
+def finish(kv: BridgeKVCacheManager, s: RadixSequence) -> None:
     kv.free(s)
     kv.check_invariants()
 
 
-def refs(kv: PrefixCache, blocks: list[int]) -> list[int]:
+def refs(kv: BridgeKVCacheManager, blocks: list[int]) -> list[int]:
     return [kv.block_manager.ref_count[b] for b in blocks]
 
 
 @pytest.mark.task("task5.insert")
 def test_two_levels_of_reference_counts():
-    kv = PrefixCache(16, BS)
+    kv = BridgeKVCacheManager(16, BS)
     a = seq(0, range(10))  # 10 tokens: two full blocks and a partial one
     assert admit(kv, a) == 0
     compute(kv, a)
     full, partial = a.block_table[:2], a.block_table[2]
     assert refs(kv, full) == [2, 2], "each full block: held by a and by the tree"
     assert refs(kv, [partial]) == [1], "the partial block stays a's own: the tree shares only full blocks"
-    assert kv.tree.total_size == 10 and kv.num_cached_blocks == 2
+    assert kv.tree.num_tokens == 10 and kv.num_cached_blocks == kv.tree.total_size == 2
 
     b = seq(1, list(range(9)) + [50, 51, 52])  # shares 9 tokens with a: two full blocks
     assert admit(kv, b) == 8, "9 matched tokens, aligned down to 8"
@@ -71,7 +73,7 @@ def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
     compute the same prompt. The first insert gives its blocks to the tree; the others find them there, take
     references on the tree's blocks and drop their own copies (freed at once), so the block table and the ref
     counts agree."""
-    kv = PrefixCache(16, BS)
+    kv = BridgeKVCacheManager(16, BS)
     reqs = [seq(i, range(12)) for i in range(3)]
     for r in reqs:
         assert admit(kv, r) == 0
@@ -87,7 +89,7 @@ def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
     assert refs(kv, shared) == [1, 1, 1]
 
 
-class ReleaseByRematch(PrefixCache):
+class ReleaseByRematch(BridgeKVCacheManager):
     """The Pico-vLLM write-up's first design, written wrong on purpose: a request keeps its own blocks even
     where the tree has the same tokens, and on close releases what a *new match of its tokens* returns -
     blocks that may belong to someone else - instead of the blocks it holds."""
@@ -117,7 +119,7 @@ def test_releasing_by_rematch_frees_blocks_it_never_held():
         kv.allocate_slots(r, 12, kv.get_computed_blocks(r))
     abc = req4.block_table
     for r in (req4, req5, req6):
-        r.num_computed_tokens = 12
+        r.advance(12)
         kv.on_computed(r)  # req4 inserts [A, B, C]; req5's and req6's inserts find them: "newly_held = []"
     assert req5.block_table != abc and refs(kv, abc) == [2, 2, 2], "held by req4 and the tree only"
     kv.free(req5)  # releases the tree's match, [A, B, C], which req5 never held
@@ -126,7 +128,7 @@ def test_releasing_by_rematch_frees_blocks_it_never_held():
     assert refs(kv, abc) == [0, 0, 0] and kv.block_manager.num_free > 0, "A, B, C are free while req4 runs"
     with pytest.raises(ValueError, match="below zero"):
         kv.free(req4)  # the write-up saw ref -1 and a crash on the next adopt; our BlockManager refuses
-    ok = PrefixCache(16, BS)  # the same run with the chapter's bridge
+    ok = BridgeKVCacheManager(16, BS)  # the same run with the chapter's bridge
     reqs = [seq(i, range(12)) for i in (4, 5, 6)]
     for step in (admit, compute, finish):
         for r in reqs:
@@ -137,7 +139,7 @@ def test_releasing_by_rematch_frees_blocks_it_never_held():
 def test_node_pointer_lock_survives_a_split_above_it():
     """The "locking by token path" setting at block level: R locks the node where its 125-token match ends; another
     request's insert then splits R's path at 100; unlocking R by its node pointer walks the new node too."""
-    kv = PrefixCache(64, 16)
+    kv = BridgeKVCacheManager(64, 16)
     x = seq(0, range(144))
     admit(kv, x)
     compute(kv, x)
@@ -155,7 +157,7 @@ def test_node_pointer_lock_survives_a_split_above_it():
 
 @pytest.mark.task("task5.insert")
 def test_eviction_frees_only_what_no_request_uses():
-    kv = PrefixCache(8, BS)
+    kv = BridgeKVCacheManager(8, BS)
     a = seq(0, range(16))
     admit(kv, a)
     compute(kv, a)
@@ -174,13 +176,13 @@ def test_eviction_frees_only_what_no_request_uses():
 
 
 def test_preempted_request_finds_its_own_blocks_again():
-    kv = PrefixCache(16, BS)
+    kv = BridgeKVCacheManager(16, BS)
     a = seq(0, range(10))
     admit(kv, a)
     compute(kv, a, 6)  # a first chunk of 6 tokens: one full block goes to the tree
     assert kv.num_cached_blocks == 1
     kv.free(a)  # preemption: what was computed stays cached
-    a.num_computed_tokens = 0
+    a.preempt()
     kv.check_invariants()
     assert admit(kv, a) == 4
     compute(kv, a)
@@ -188,10 +190,10 @@ def test_preempted_request_finds_its_own_blocks_again():
 
 
 def test_reset_cache_needs_a_drained_manager_and_frees_everything():
-    kv = PrefixCache(16, BS)
+    kv = BridgeKVCacheManager(16, BS)
     a = seq(0, range(10))
     admit(kv, a)
-    with pytest.raises(ValueError, match="still use the cache"):
+    with pytest.raises(RuntimeError, match="use it"):
         kv.reset_cache()
     compute(kv, a)
     finish(kv, a)
@@ -201,7 +203,7 @@ def test_reset_cache_needs_a_drained_manager_and_frees_everything():
 
 
 def test_check_invariants_names_a_broken_count():
-    kv = PrefixCache(16, BS)
+    kv = BridgeKVCacheManager(16, BS)
     a = seq(0, range(10))
     admit(kv, a)
     compute(kv, a)
@@ -212,7 +214,7 @@ def test_check_invariants_names_a_broken_count():
 
 def test_a_stale_match_is_refused_and_changes_nothing():
     """Look up A; another admission evicts A's matched node; allocating A with the old match is refused."""
-    kv = PrefixCache(4, BS)
+    kv = BridgeKVCacheManager(4, BS)
     old = seq(0, range(9))
     admit(kv, old)
     compute(kv, old)
@@ -231,7 +233,7 @@ def test_a_stale_match_is_refused_and_changes_nothing():
 
 def test_a_preempted_request_is_counted_once():
     """Re-admitted after a preemption, a request finds its own blocks: no prompt hit, no second admission."""
-    kv = PrefixCache(16, BS)
+    kv = BridgeKVCacheManager(16, BS)
     first = seq(0, range(5))
     admit(kv, first)
     compute(kv, first)
@@ -240,6 +242,6 @@ def test_a_preempted_request_is_counted_once():
     assert admit(kv, s) == 4
     compute(kv, s, 4)  # a first chunk: two full blocks now in the tree
     kv.free(s)  # what the scheduler's preemption does
-    s.num_computed_tokens, s.num_preemptions = 0, 1
+    s.preempt()
     assert admit(kv, s) == 8
-    assert [c for *_, c in kv.admissions] == [0, 4] and s.num_cached_tokens == 4
+    assert [c for *_, c in kv.stats.recent] == [0, 4] and s.num_cached_tokens == 4

@@ -1,0 +1,77 @@
+"""Fewer, larger kernels for the captured decode step, without touching chapter 1's model.
+
+A decode step of a small model is a long chain of small kernels: chapter 1's layer projects q, k and v with three
+matrix products that read the same input, gate and up with two more, and computes RMSNorm in eight elementwise
+kernels. On a GPU each is a launch and a pass over memory. Concatenating weights that read the same input turns
+three products into one (vLLM's `QKVParallelLinear`, `MergedColumnParallelLinear`); compiling the elementwise
+chains fuses each into one kernel. `fused_decode` does both while a CUDA graph is captured and undoes them after,
+so the graph keeps the fused kernels and eager steps (prefill) still run chapter 1's code.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from step01_kvcache.attention import Attention
+from step01_kvcache.layers import MLP, RMSNorm
+from step01_kvcache.model import Transformer
+
+
+class SharedProjection:
+    """Stands in for one of several Linear layers that read the same input: the first call on an input computes
+    all their outputs with one product over the concatenated weights, the others return their slice of it."""
+
+    def __init__(self, fused: dict, start: int, end: int) -> None:
+        self.fused, self.start, self.end = fused, start, end
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused.get("input") is not x:
+            self.fused["input"], self.fused["output"] = x, F.linear(x, self.fused["weight"])
+        return self.fused["output"][..., self.start: self.end]
+
+
+def share_projections(module: nn.Module, names: tuple[str, ...]) -> None:
+    """Shadow `module.<name>` (Linear layers without bias, same input) by slices of one fused product."""
+    layers = [getattr(module, n) for n in names]
+    fused = {"weight": torch.cat([layer.weight for layer in layers])}
+    start = 0
+    for name, layer in zip(names, layers):
+        module.__dict__[name] = SharedProjection(fused, start, start + layer.out_features)  # found before _modules
+        start += layer.out_features
+
+
+def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's activation over the fused gate/up output: silu(gate) * up."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+@contextlib.contextmanager
+def fused_decode(model: Transformer, compile_pointwise: bool = True) -> Iterator[None]:
+    """Within the block: q/k/v one product, gate/up one product, and (compiled with torch.compile) RMSNorm and
+    SwiGLU's activation one kernel each. Chapter 1's modules come back on exit."""
+    attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    mlps = [m for m in model.modules() if isinstance(m, MLP)]
+    norms = [m for m in model.modules() if isinstance(m, RMSNorm)] if compile_pointwise else []
+    act = torch.compile(silu_and_mul) if compile_pointwise else silu_and_mul
+    norm = torch.compile(RMSNorm.forward) if compile_pointwise else None
+    try:
+        for m in attentions:
+            share_projections(m, ("q_proj", "k_proj", "v_proj"))
+        for m in mlps:
+            gate_up = torch.cat([m.gate_proj.weight, m.up_proj.weight])
+            m.forward = lambda x, m=m, w=gate_up: m.down_proj(act(F.linear(x, w)))  # shadows MLP.forward
+        for m in norms:
+            m.forward = functools.partial(norm, m)
+        yield
+    finally:
+        for m in attentions:
+            for name in ("q_proj", "k_proj", "v_proj"):
+                m.__dict__.pop(name, None)  # the registered Linear layers are found again
+        for m in mlps + norms:
+            del m.forward
