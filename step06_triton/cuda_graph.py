@@ -39,6 +39,7 @@ class CUDAGraphModel:
         self.model = model
         self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         self.replays = 0  # steps served by a graph (the rest ran eagerly)
+        self.timings: list | None = None  # set to a list to get (start, end) CUDA events around every replay
         self._replayed: torch.Tensor | None = None  # the hidden states the last decode replay returned
 
     # the engine reads these from its model
@@ -76,7 +77,8 @@ class CUDAGraphModel:
         self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
         kinds = [("decode", b) for b in reversed(self.decode_sizes)] + [("extend", t) for t in self.extend_sizes]
         mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
-        with fused_decode(self.model) if fuse else contextlib.nullcontext():
+        with fused_decode(self.model) if fuse else contextlib.nullcontext([]) as fused_weights:
+            self.fused_weights = fused_weights  # the graphs read them: they live as long as the graphs
             for kind, size in kinds:
                 self._forward(kind, size)  # compile the kernels and warm up outside the capture (slot -1)
                 torch.cuda.synchronize()
@@ -125,7 +127,14 @@ class CUDAGraphModel:
         else:  # pad the chunk to `size` rows: the context grows by the padding, which no real row can see
             self.seq_lens[:1].copy_(batch.seq_lens + (size - n))
             self.query_start_loc[1] = size
-        self.graphs[kind, size].replay()
+        if self.timings is None:
+            self.graphs[kind, size].replay()
+        else:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.graphs[kind, size].replay()
+            end.record()
+            self.timings.append((start, end))
         self.replays += 1
         if kind == "decode":
             self._replayed = self.hidden[:n]

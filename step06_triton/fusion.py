@@ -35,14 +35,16 @@ class SharedProjection:
         return self.fused["output"][..., self.start: self.end]
 
 
-def share_projections(module: nn.Module, names: tuple[str, ...]) -> None:
-    """Shadow `module.<name>` (Linear layers without bias, same input) by slices of one fused product."""
+def share_projections(module: nn.Module, names: tuple[str, ...]) -> torch.Tensor:
+    """Shadow `module.<name>` (Linear layers without bias, same input) by slices of one fused product. Returns the
+    fused weight."""
     layers = [getattr(module, n) for n in names]
     fused = {"weight": torch.cat([layer.weight for layer in layers])}
     start = 0
     for name, layer in zip(names, layers):
         module.__dict__[name] = SharedProjection(fused, start, start + layer.out_features)  # found before _modules
         start += layer.out_features
+    return fused["weight"]
 
 
 def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
@@ -52,23 +54,26 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def fused_decode(model: Transformer, compile_pointwise: bool = True) -> Iterator[None]:
+def fused_decode(model: Transformer, compile_pointwise: bool = True) -> Iterator[list]:
     """Within the block: q/k/v one product, gate/up one product, and (compiled with torch.compile) RMSNorm and
-    SwiGLU's activation one kernel each. Chapter 1's modules come back on exit."""
+    SwiGLU's activation one kernel each. Chapter 1's modules come back on exit. Yields what the fused step uses (the
+    fused weights, the compiled functions): a CUDA graph captured inside reads them, so whoever keeps the graph
+    must keep them too."""
     attentions = [m for m in model.modules() if isinstance(m, Attention)]
     mlps = [m for m in model.modules() if isinstance(m, MLP)]
     norms = [m for m in model.modules() if isinstance(m, RMSNorm)] if compile_pointwise else []
     act = torch.compile(silu_and_mul) if compile_pointwise else silu_and_mul
     norm = torch.compile(RMSNorm.forward) if compile_pointwise else None
+    weights: list = [act, norm]
     try:
         for m in attentions:
-            share_projections(m, ("q_proj", "k_proj", "v_proj"))
+            weights.append(share_projections(m, ("q_proj", "k_proj", "v_proj")))
         for m in mlps:
-            gate_up = torch.cat([m.gate_proj.weight, m.up_proj.weight])
-            m.forward = lambda x, m=m, w=gate_up: m.down_proj(act(F.linear(x, w)))  # shadows MLP.forward
+            weights.append(torch.cat([m.gate_proj.weight, m.up_proj.weight]))
+            m.forward = lambda x, m=m, w=weights[-1]: m.down_proj(act(F.linear(x, w)))  # shadows MLP.forward
         for m in norms:
             m.forward = functools.partial(norm, m)
-        yield
+        yield weights
     finally:
         for m in attentions:
             for name in ("q_proj", "k_proj", "v_proj"):

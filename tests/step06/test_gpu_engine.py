@@ -1,0 +1,62 @@
+"""The engine on a GPU (run there: `pytest tests/step06`; skipped on a CPU): CUDA-graph replay — decode batches and
+short single-sequence chunks, fused or not, synchronous or overlapped — gives the eager engine's tokens (fp32, where
+two correct implementations agree exactly on argmax), and a step's launch never waits for the device."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course.tiny import tiny_model
+from step01_kvcache.request import SamplingParams
+from step06_triton.engine import make_engine
+from tests.driver import drive_to_end, shared_prompts, with_reference
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (compiled kernels, graphs)")
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return tiny_model(seed=3, num_heads=6, num_kv_heads=2).cuda()
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_cuda_graphs_give_the_eager_tokens(model, fuse, overlap):
+    prompts, params, expected = with_reference(model, shared_prompts(9, seed=5), new_tokens=12)
+    engine = make_engine(model, "bridge", "triton", cuda_graphs=True, fuse=fuse, overlap=overlap, num_blocks=256,
+                         block_size=16, max_num_seqs=6, max_num_batched_tokens=64)
+    assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected
+    decode_replays = engine.model.replays
+    assert decode_replays > 0, "no decode step was replayed from a graph"
+    one_by_one = [engine.generate([p], params)[0] for p in prompts]  # hits run their last tokens as one chunk
+    assert [o.output_ids for o in one_by_one] == expected
+    assert engine.model.replays > decode_replays + len(prompts) * (params.max_new_tokens - 1)
+    engine.check_invariants()
+
+
+def test_a_launch_never_waits_for_the_device(model):
+    """Everything between two reads of sampled tokens is queued without a host-device synchronisation:
+    PyTorch's sync debug mode turns any such wait inside `_launch` into an error."""
+    prompts, params, expected = with_reference(model, shared_prompts(6, seed=2), new_tokens=8)
+    engine = make_engine(model, "bridge", "triton", cuda_graphs=True, overlap=True, num_blocks=256, block_size=16,
+                         max_num_seqs=4, max_num_batched_tokens=48)
+    launch = engine._launch
+
+    def checked(batch):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return launch(batch)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    engine._launch = checked
+    assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected
+
+
+def test_seeded_sampling_is_the_same_with_and_without_overlap(model):
+    prompts = shared_prompts(5, seed=4)
+    params = [SamplingParams(max_new_tokens=10, temperature=0.8, top_p=0.9, seed=i) for i in range(5)]
+    outs = [drive_to_end(make_engine(model, "hash", "triton", cuda_graphs=True, overlap=overlap, num_blocks=128,
+                                     block_size=16, max_num_seqs=4), prompts, params) for overlap in (False, True)]
+    assert [o.output_ids for o in outs[0]] == [o.output_ids for o in outs[1]]
