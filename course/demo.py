@@ -19,14 +19,21 @@ def demo_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def chat_ids(tokenizer, prompt: str, system: str | None = None) -> list[int]:
-    """Token ids of one chat turn through the model's chat template, ready for the assistant's answer."""
-    if not prompt.strip():
-        raise ValueError("empty prompt: pass --prompt TEXT")
-    from .workloads import chat_ids as template_ids
+def chat(prompt: str, system: str | None = None) -> list[dict]:
+    """One user turn, after the system prompt if there is one, as chat messages."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    return template_ids(tokenizer, messages)
+
+def chat_ids(tokenizer, prompt: str | list[dict], system: str | None = None) -> list[int]:
+    """Token ids through the model's chat template, ready for the assistant's answer: of one user turn `prompt`
+    (after `system`), or of a whole chat given as messages (as the workloads hold them)."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("empty prompt: pass --prompt TEXT")
+        prompt = chat(prompt, system)
+    out = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    ids = out if isinstance(out, list) else out["input_ids"]  # a list or a BatchEncoding, by transformers version
+    return [int(t) for t in ids]
 
 
 def stop_ids(tokenizer) -> tuple[int, ...]:
