@@ -44,6 +44,7 @@ from typing import NamedTuple, TextIO
 
 import pytest
 
+from .chapters import chapters
 from .paths import REPO_ROOT
 
 DEFAULT_DEST = REPO_ROOT / "homework"
@@ -486,12 +487,6 @@ def plan(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, e
     built_on, notes = _earlier_copies(package, dest, root)
     return Run(package, str(dest), [str(p) for p in tests], str(root), float(timeout),
                list(tasks) if tasks is not None else None, built_on=built_on, notes=notes)
-
-
-def chapters(root: Path | None = None) -> list[str]:
-    """The chapter packages of a course, in order (discovered, so a new chapter needs no registration)."""
-    root = root or REPO_ROOT
-    return sorted(p.name for p in root.glob("step[0-9][0-9]_*") if (p / "__init__.py").is_file())
 
 
 def _earlier_copies(package: str, dest: Path, root: Path) -> tuple[list[str], list[str]]:
