@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     elif command == "figures":
         from .figures import main as run
     elif command == "homework":
-        from .homework import main as run
+        from .homework_tool import main as run
     elif command == "workloads":
         from .workloads import main as run
     else:

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from course import homework as hw
+from course import homework_tool as hw
 from course import results
 from course.bench import hf_prefill, hf_prefix_baselines, hf_ttfts
 from course.hf import to_hf_model
