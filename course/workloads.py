@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
-from .demo import chat, chat_ids
+from .chat import chat, chat_ids
 
 TEXTS = Path(__file__).parent / "workload_texts"
 BLOCK = 16  # the block size the chapters page and hash with; `diverge` is built around it
@@ -40,7 +40,7 @@ class Workload:
 
     def prompts(self, tokenizer) -> list[list[int]]:
         """Token ids per request for one round: the chat template with the assistant's generation prompt."""
-        return [chat_ids(tokenizer, chat) for chat in self.messages]
+        return [chat_ids(tokenizer, messages) for messages in self.messages]
 
 
 def shared_prefix_len(prompts: list[list[int]]) -> int:

@@ -8,7 +8,8 @@ import time
 import torch
 
 from course.bench import interleaved_best, progress, register
-from course.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM, chat_ids
+from course.chat import chat_ids
+from course.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
 from course.hf import to_hf_model
 from course.pretrained import load_model, load_tokenizer
 
