@@ -1,4 +1,4 @@
-"""`python -m course <command>`: bench, figures, homework, workloads."""
+"""`python -m course <command>`: bench, report, figures, homework, workloads."""
 from __future__ import annotations
 
 import sys
