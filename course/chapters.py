@@ -1,6 +1,6 @@
 """The chapters, discovered: every `stepNN_x` package at the top of the course is one, so a new chapter needs no
 registration. What a chapter adds to the course's commands (its bench, its report) lives in a module of its own
-that registers itself when `import_each` loads it: `course/` never names a chapter."""
+that registers itself when `import_each` loads it: `course/` never imports a chapter by name."""
 from __future__ import annotations
 
 import importlib
