@@ -1,4 +1,4 @@
-"""`python -m course <command>`: bench, figures, homework, workloads."""
+"""`python -m course <command>`: bench, report, figures, homework, workloads."""
 from __future__ import annotations
 
 import sys
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     elif command == "figures":
         from .figures import main as run
     elif command == "homework":
-        from .homework import main as run
+        from .homework_tool import main as run
     elif command == "workloads":
         from .workloads import main as run
     else:

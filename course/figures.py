@@ -13,8 +13,8 @@ import importlib
 import sys
 from pathlib import Path
 
+from .chapters import chapters
 from .draw import has_dot, render_svg
-from .homework import chapters
 from .paths import REPO_ROOT
 
 

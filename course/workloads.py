@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
+from .chat import chat, chat_ids
+
 TEXTS = Path(__file__).parent / "workload_texts"
 BLOCK = 16  # the block size the chapters page and hash with; `diverge` is built around it
 DIVERGE_SHARED_PREFIX = 16 * 4 + 7  # tokens shared by every `diverge` request (checked by the tests)
@@ -38,14 +40,7 @@ class Workload:
 
     def prompts(self, tokenizer) -> list[list[int]]:
         """Token ids per request for one round: the chat template with the assistant's generation prompt."""
-        return [chat_ids(tokenizer, chat) for chat in self.messages]
-
-
-def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """Templated token ids of one chat; transformers returns a BatchEncoding or a plain list by version."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    ids = out["input_ids"] if not isinstance(out, list) else out
-    return [int(t) for t in ids]
+        return [chat_ids(tokenizer, messages) for messages in self.messages]
 
 
 def shared_prefix_len(prompts: list[list[int]]) -> int:
@@ -71,10 +66,6 @@ def _lcp(a: list[int], b: list[int]) -> int:
 def reusable_tokens(prompts: list[list[int]]) -> list[int]:
     """Per request, the longest prefix it shares with any earlier request: what an ideal token cache reuses."""
     return [max((_lcp(p, q) for q in prompts[:i]), default=0) for i, p in enumerate(prompts)]
-
-
-def _chat(system: str, user: str) -> list[dict]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 # --- short: three personas, three rounds -------------------------------------------------------------------
@@ -127,7 +118,7 @@ _SHORT_QUESTIONS = {
 
 
 def _short() -> Workload:
-    chats = [_chat(_PERSONAS[p], _SHORT_QUESTIONS[p][r]) for r in range(3) for p in _PERSONAS]
+    chats = [chat(_SHORT_QUESTIONS[p][r], _PERSONAS[p]) for r in range(3) for p in _PERSONAS]
     return Workload("short", "3 personas (assistant, coder, analyst) x 3 rounds, ~144 tokens each; "
                     "reuse comes only from a persona's system prompt in rounds 2 and 3", chats)
 
@@ -156,7 +147,7 @@ _LONG_QUESTIONS = (
 
 def _long() -> Workload:
     manual = (TEXTS / "long_reference.txt").read_text(encoding="utf-8").strip()
-    chats = [_chat(manual, q) for q in _LONG_QUESTIONS]
+    chats = [chat(q, manual) for q in _LONG_QUESTIONS]
     return Workload("long", "one ~2083-token reference manual as the system prompt + 8 questions of 28-48 "
                     "new tokens; warm TTFT is bounded by total/new tokens", chats)
 
@@ -202,7 +193,7 @@ _SHARED_PREFIX_QUESTIONS = (
 
 
 def _shared_prefix() -> Workload:
-    chats = [_chat(_SHARED_PREFIX_SYSTEM, f"{_SHARED_PREFIX_NOTES}\n\nQuestion: {q}") for q in _SHARED_PREFIX_QUESTIONS]
+    chats = [chat(f"{_SHARED_PREFIX_NOTES}\n\nQuestion: {q}", _SHARED_PREFIX_SYSTEM) for q in _SHARED_PREFIX_QUESTIONS]
     return Workload("shared_prefix", "10 requests sharing a system prompt and shift notes, each with its own short "
                     "question; run twice (round 2 must be all hits, refcounts back to baseline)", chats, rounds=2)
 
@@ -252,7 +243,7 @@ _BATCH = (
 
 
 def _batch() -> Workload:
-    chats = [_chat(system, user) for system, user in _BATCH]
+    chats = [chat(user, system) for system, user in _BATCH]
     return Workload("batch", "8 unrelated requests of very different lengths (~20 to ~300 tokens), each with its "
                     "own system prompt: continuous batching and KV memory waste, no prefix reuse", chats)
 
@@ -272,7 +263,7 @@ _DIVERGE_ENDINGS = (
 
 
 def _diverge() -> Workload:
-    chats = [_chat(_DIVERGE_SYSTEM, _DIVERGE_STEM + end) for end in _DIVERGE_ENDINGS]
+    chats = [chat(_DIVERGE_STEM + end, _DIVERGE_SYSTEM) for end in _DIVERGE_ENDINGS]
     return Workload("diverge", f"4 requests sharing {DIVERGE_SHARED_PREFIX} tokens (= {BLOCK}*"
                     f"{DIVERGE_SHARED_PREFIX // BLOCK} + {DIVERGE_SHARED_PREFIX % BLOCK}), diverging inside a "
                     f"{BLOCK}-token block: a token radix tree reuses all of them, block hashing only whole blocks",

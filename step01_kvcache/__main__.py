@@ -4,7 +4,8 @@ from __future__ import annotations
 import sys
 import time
 
-from course.demo import chat_ids, demo_parser, stop_ids
+from course.chat import chat_ids, stop_ids
+from course.demo import demo_parser
 from course.pretrained import timed_load
 
 from .cost import format_costs, step_costs

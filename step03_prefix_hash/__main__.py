@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from course.demo import DEFAULT_PROMPT, chat_ids, demo_parser, stop_ids
+from course.chat import chat_ids, stop_ids
+from course.demo import DEFAULT_PROMPT, demo_parser
 from course.pretrained import timed_load
 from course.workloads import get_workload
 from step01_kvcache.request import SamplingParams

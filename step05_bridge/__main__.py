@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
+from course.demo import ask_twice, report_asks, run_demo_workload, workload_parser
 from course.pretrained import timed_load
 from step02_paged import Engine, EngineConfig
-from step04_radix.__main__ import ask_twice, report_asks, run_demo_workload, workload_parser
 
 from .bridge_cache import BridgeKVCacheManager
 from .pictures import bridge_text
@@ -34,12 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     report_asks(ids, first, second)
     print(f"the tree routed all {len(ids)} tokens, but only full blocks are shared, and the last prompt token "
           f"is always recomputed: ({len(ids)} - 1) // {bs} * {bs} = {(len(ids) - 1) // bs * bs}\n")
-    decode = run_demo_workload(engine, args, tok, bridge_text)
+    run_demo_workload(engine, args, tok, bridge_text)
     kv = engine.cache_manager
     print(f"\nafter everything: every lock released; {kv.num_cached_blocks} blocks held by the tree alone "
           f"(ref_count 1), {kv.block_manager.num_free} free, {kv.num_cached_blocks + kv.block_manager.num_free} "
           f"= the pool:")
-    print(bridge_text(kv, decode))
+    print(bridge_text(kv, tok.decode))
     return 0
 
 

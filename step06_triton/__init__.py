@@ -1,16 +1,6 @@
 """Chapter 6: the paged engine's attention as Triton kernels (store, split-KV decode, prefill with prefix).
 
-Without a CUDA GPU the kernels run through Triton's interpreter (numpy, on the CPU): slow but exact, which is
-how the tests check them here. The switch must be set before any kernel is defined, so it lives here.
+Importing the chapter has no side effect and loads no kernel. Without a CUDA GPU the kernels run through Triton's
+interpreter, which must be switched on before triton is imported: see interpreter.py. The engine on the kernels
+is `engine.make_engine`.
 """
-import os
-
-import torch
-
-INTERPRETED = not torch.cuda.is_available()
-if INTERPRETED:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from .engine import make_engine  # noqa: E402 - after the interpreter switch, which must precede every kernel
-
-__all__ = ["INTERPRETED", "make_engine"]

@@ -6,17 +6,20 @@ from __future__ import annotations
 import sys
 import time
 
-from course.demo import chat_ids, demo_parser, stop_ids
+from course.chat import chat_ids, stop_ids
+from course.demo import demo_parser
 from course.pretrained import timed_load
 from step01_kvcache.request import SamplingParams
 
-from . import INTERPRETED
-from .engine import make_engine
+from .interpreter import use_interpreter_without_gpu
 
 
 def main(argv: list[str] | None = None) -> int:
+    interpreted = use_interpreter_without_gpu()  # first: Triton reads the switch when it is imported
+    from .engine import make_engine  # the kernels, and triton with them
+
     parser = demo_parser(__doc__)
-    parser.set_defaults(max_new_tokens=16 if INTERPRETED else 64)
+    parser.set_defaults(max_new_tokens=16 if interpreted else 64)
     parser.add_argument("--prefix-cache", default="bridge", choices=["none", "hash", "radix", "bridge"],
                         help="which chapter's engine runs on the kernels (default: chapter 5's bridge)")
     args = parser.parse_args(argv)
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return 0
     where = ("on the CPU through Triton's interpreter (TRITON_INTERPRET=1): every kernel program runs as numpy "
-             "code, exact but slow" if INTERPRETED else f"compiled for {model.device}")
+             "code, exact but slow" if interpreted else f"compiled for {model.device}")
     print(f"model loaded in {load_s:.1f} s; the kernels run {where}\n")
     print(f"answer: {text}\n")
     print(f"{len(ids)} prompt tokens, {len(answers['triton'])} new tokens, prefix cache '{args.prefix_cache}':")

@@ -139,6 +139,23 @@ def plot(res: dict, out: Path = RESULTS / "roofline.svg") -> None:
     plt.close(fig)
 
 
+def headline() -> str:
+    """The chapter's line in the root README's results table."""
+    g = load()
+    dec = next(r for r in g["kernels"]["decode"] if (r["batch"], r["context"], r["block_size"]) == (64, 4096, 16))
+    goal = g["engine"]["goal"]
+    return (f"{g['machine']['gpu']}: paged decode 64 x 4096, bf16, {dec['triton_tb_s']} TB/s against a "
+            f"{g['kernels']['ceilings']['copy_tb_s']} TB/s copy; the engine {goal['measured']} tokens/s against HF "
+            f"static-cache `generate` {goal['hf_static']} ({'met' if goal['met'] else 'goal missed'})")
+
+
+@course_report.register("step06", headline, BEGIN)
+def render() -> course_report.Rendered:
+    """The README's block and its roofline plot, for `python -m course report`."""
+    res = load()
+    return tables(res), {"roofline.svg": lambda path: plot(res, path)}
+
+
 def readme_block(readme: str) -> str:
     return course_report.readme_block(readme, BEGIN, END)
 

@@ -1,10 +1,15 @@
-"""Shared fixtures: tiny seeded models for speed, the real SmolLM2 (session-scoped) for `slow` tests."""
+"""Shared fixtures: tiny seeded models for speed, the real SmolLM2 (session-scoped) for `slow` tests. Without a
+CUDA GPU, chapter 6's kernels run through Triton's interpreter, switched on here, where the test process starts,
+before anything imports triton."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from course.tiny import tiny_model
+from step06_triton.interpreter import use_interpreter_without_gpu
+
+use_interpreter_without_gpu()
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import re
 import pytest
 
 from course import figures
-from course import homework as hw
+from course import homework_tool as hw
+from course.chapters import chapters
 
-CHAPTERS = hw.chapters()
+CHAPTERS = chapters()
 STUBBED = [chapter for chapter in CHAPTERS if hw.stubbed_tasks(chapter)]
 IMAGE = re.compile(r"!\[[^\]]+\]\(figures/([\w.-]+\.svg)\)")
 

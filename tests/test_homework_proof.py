@@ -11,9 +11,11 @@ import os
 
 import pytest
 
-from course import homework as hw
+from course import homework_tool as hw
+from course.chapters import chapters
+from course.paths import REPO_ROOT
 
-CHAPTERS = hw.chapters()
+CHAPTERS = chapters()
 TASKS = [(chapter, task) for chapter in CHAPTERS for task in hw.find_tasks(chapter)]
 STUBBED = {chapter: hw.stubbed_tasks(chapter) for chapter in CHAPTERS}
 NO_REFERENCE = "a student release: the bodies are stubs here, so there is no reference to prove against"
@@ -63,7 +65,7 @@ def test_task_is_gradable(chapter: str, task: str, runs: dict) -> None:
     worth = hw.task_points(hw.find_tasks(chapter))[task]
     assert ref["max_points"] == ref["points"] == worth >= 1, f"the reference earns {ref['points']}/{worth} on {task}"
 
-    for path in sorted((hw.REPO_ROOT / chapter).rglob("*.py")):
+    for path in sorted((REPO_ROOT / chapter).rglob("*.py")):
         source = path.read_text()
         stub = hw.make_stub(source, only={task}, chapter=chapter, filename=str(path))
         assert hw.signatures(stub) == hw.signatures(source), f"stubbing {task} changed a signature in {path.name}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course import homework as hw
+from course import homework_tool as hw
 
 from .conftest import MATHY
 

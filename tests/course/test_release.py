@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from course import homework as hw
-from course import release as rel
+from course import homework_tool as hw
+from course.chapters import chapters
+from course.homework_tool import release as rel
+from course.homework_tool import tasks
+from course.paths import REPO_ROOT
 
-REAL = hw.REPO_ROOT
-IN_A_RELEASE = any(hw.stubbed_tasks(c) for c in hw.chapters())
+REAL = REPO_ROOT
+IN_A_RELEASE = any(hw.stubbed_tasks(c) for c in chapters())
 NO_REFERENCE = "a student release: the bodies are stubs here, so there is no reference to search for"
 
 
@@ -133,7 +136,7 @@ def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
 
 
 def test_release_command_line(fake: Path, tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setattr(hw, "REPO_ROOT", fake)
+    monkeypatch.setattr(tasks, "REPO_ROOT", fake)
     monkeypatch.setattr(rel, "REPO_ROOT", fake)
     assert hw.main(["release", str(tmp_path / "student"), "--chapters", "step91"]) == 0
     assert "student" in capsys.readouterr().out
@@ -152,7 +155,7 @@ def real_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return rel.release(tmp_path_factory.mktemp("release") / "course")
 
 
-TASKS = [(c, t) for c in hw.chapters() for t in hw.find_tasks(c)]
+TASKS = [(c, t) for c in chapters() for t in hw.find_tasks(c)]
 
 
 @pytest.mark.parametrize("chapter,task", TASKS, ids=[f"{c}:{t}" for c, t in TASKS])
@@ -168,8 +171,9 @@ def test_the_release_is_the_whole_course_minus_instructor_files(real_release: Pa
     tracked = {f for f in rel.course_files(REAL)}
     shipped = {f for f in rel.course_files(real_release)} - {Path(rel.MARKER), Path("ruff.toml")}
     assert shipped == {f for f in tracked if not rel.is_instructor_only(f)}
-    for must in ("Makefile", "pyproject.toml", "README.md", "scripts/setup.sh", ".ci/run", "course/homework.py",
-                 "tests/test_homework_proof.py", *[f"{c}/README.md" for c in hw.chapters()]):
+    for must in ("Makefile", "pyproject.toml", "README.md", "scripts/setup.sh", ".ci/run",
+                 "course/homework_tool/release.py", "tests/test_homework_proof.py",
+                 *[f"{c}/README.md" for c in chapters()]):
         assert (real_release / must).is_file(), must
     assert list((real_release / "notebooks").glob("*.ipynb"))
     assert not (real_release / "instructors").exists() and not (real_release / "tests" / "instructors").exists()

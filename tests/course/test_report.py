@@ -1,6 +1,6 @@
 """Every number in a README comes from data: each chapter's results block is exactly what `python -m course
 report` draws from the committed results/*.json, its plots are committed next to the data, and a missing
-file is a clear error that names the command to run."""
+file is a clear error that names the command to run. Every chapter's report registers itself."""
 from __future__ import annotations
 
 import re
@@ -8,32 +8,41 @@ import re
 import pytest
 
 from course import report, results
+from course.chapters import chapters
 from course.paths import REPO_ROOT
 
 STALE = "is stale: run `python -m course report --write` (or `make bench` for new numbers)"
 
 
-@pytest.mark.parametrize("chapter", list(report.CHAPTERS))
+REPORTS = report.reports()
+
+
+def test_every_chapter_registers_a_report():
+    assert list(REPORTS) == [c.split("_")[0] for c in chapters()]
+
+
+@pytest.mark.parametrize("chapter", list(REPORTS))
 def test_chapter_block_is_the_reports_output(chapter):
-    readme = results.chapter_dir(chapter) / "README.md"
-    text, plots = report.CHAPTERS[chapter]()
-    assert report.readme_block(readme.read_text()) == text, f"{readme.relative_to(REPO_ROOT)}'s results block {STALE}"
+    readme = (results.chapter_dir(chapter) / "README.md").read_text()
+    text, plots = REPORTS[chapter].render()
+    assert report.readme_block(readme, REPORTS[chapter].begin) == text, f"{chapter}'s README results block {STALE}"
     for name in plots:
-        assert f"](results/{name})" in text, f"{chapter}: plot {name} is drawn but not shown"
+        assert f"](results/{name})" in readme, f"{chapter}: plot {name} is drawn but not shown"
         assert (results.chapter_dir(chapter) / "results" / name).is_file(), f"results/{name} {STALE}"
 
 
 def test_root_overview_is_the_reports_output():
-    assert report.readme_block((REPO_ROOT / "README.md").read_text()) == report.overview(), f"README.md {STALE}"
+    overview = report.overview(REPORTS)
+    assert report.readme_block((REPO_ROOT / "README.md").read_text()) == overview, f"README.md {STALE}"
 
 
-@pytest.mark.parametrize("chapter", list(report.CHAPTERS))
+@pytest.mark.parametrize("chapter", list(REPORTS))
 def test_plots_draw_from_the_data(chapter, tmp_path):
-    _, plots = report.CHAPTERS[chapter]()
+    _, plots = REPORTS[chapter].render()
     for name, draw in plots.items():
-        report.save_svg(draw(), tmp_path / name)
+        draw(tmp_path / name)
         svg = (tmp_path / name).read_text()
-        assert svg.startswith("<?xml") and "<svg" in svg and len(svg) < 400_000
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg and len(svg) < 400_000
 
 
 def test_every_saved_run_names_its_machine_and_command():
@@ -55,7 +64,7 @@ def test_missing_results_name_the_command(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "chapter_dir", lambda chapter: tmp_path)
     monkeypatch.setattr(report, "REPO_ROOT", tmp_path.parent)
     with pytest.raises(report.MissingResults, match="make bench"):
-        report.step01()
+        REPORTS["step01"].render()
 
 
 def test_unknown_chapter_is_refused(capsys):

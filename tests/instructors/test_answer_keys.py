@@ -12,12 +12,13 @@ import re
 import pytest
 import torch
 
-from course import homework as hw
+from course.chapters import chapters
+from course.paths import REPO_ROOT
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
 
-KEYS = hw.REPO_ROOT / "instructors" / "answers"
+KEYS = REPO_ROOT / "instructors" / "answers"
 pytestmark = pytest.mark.skipif(not KEYS.is_dir(), reason="the answer keys are not part of a student release")
 GREEDY = dict(stop_token_ids=())
 
@@ -38,13 +39,13 @@ def says(chapter: str, n: int, *numbers: str) -> None:
 
 def questions(package: str) -> int:
     """How many thought questions the chapter's README asks."""
-    readme = (hw.REPO_ROOT / package / "README.md").read_text()
+    readme = (REPO_ROOT / package / "README.md").read_text()
     part = readme.split("**Thought questions**", 1)[1].split("**Homework", 1)[0]
     return len(re.findall(r"^\d+\. ", part, re.M))
 
 
-@pytest.mark.parametrize("package", [c for c in hw.chapters()
-                                     if "**Thought questions**" in (hw.REPO_ROOT / c / "README.md").read_text()])
+@pytest.mark.parametrize("package", [c for c in chapters()
+                                     if "**Thought questions**" in (REPO_ROOT / c / "README.md").read_text()])
 def test_every_thought_question_has_an_answer(package: str):
     chapter = package.split("_")[0]
     assert (KEYS / f"{chapter}.md").is_file(), f"no answer key instructors/answers/{chapter}.md"
@@ -309,7 +310,7 @@ def test_step05_q8_the_textbook_split_repaired():
 
 
 def _h200() -> dict:
-    return json.loads((hw.REPO_ROOT / "step06_triton" / "results" / "h200.json").read_text())
+    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200.json").read_text())
 
 
 def test_step06_q1_intensity_and_ridge():

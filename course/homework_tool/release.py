@@ -17,8 +17,10 @@ import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from . import homework as hw
-from .paths import REPO_ROOT
+from ..chapters import chapters as all_chapters
+from ..paths import REPO_ROOT, shown
+from .markers import is_stub, make_stub
+from .tasks import CheckError, find_tasks, resolve_chapter, task_points
 
 # Instructor-only: never in a release (answer keys, and the tests that hold their numbers).
 INSTRUCTOR_ONLY = ("instructors", "tests/instructors")
@@ -58,8 +60,8 @@ def course_files(root: Path) -> Iterator[Path]:
 
 def _selected(chapters: Iterable[str] | None, root: Path) -> list[str]:
     if chapters is None:
-        return hw.chapters(root)
-    return sorted({hw.resolve_chapter(c, root)[0] for c in chapters})
+        return all_chapters(root)
+    return sorted({resolve_chapter(c, root)[0] for c in chapters})
 
 
 def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path | None = None,
@@ -71,20 +73,20 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
     root = (root or REPO_ROOT).resolve()
     dest = Path(dest).resolve()
     if dest == root or root.is_relative_to(dest):
-        raise hw.CheckError(f"{dest} would overwrite the course itself")
+        raise CheckError(f"{dest} would overwrite the course itself")
     if dest.exists() and any(dest.iterdir()):
         if not (force and (dest / MARKER).is_file()):
-            raise FileExistsError(f"{hw._show(dest)} is not empty" + (
+            raise FileExistsError(f"{shown(dest)} is not empty" + (
                 "; pass --force to replace the earlier release there" if (dest / MARKER).is_file() else
                 " and holds no earlier release: choose an empty folder"))
     stubbed = _selected(chapters, root)
     files = [f for f in course_files(root) if not is_instructor_only(f) and not (root / f).is_relative_to(dest)]
     texts: dict[Path, str] = {}
     for package in stubbed:
-        hw.find_tasks(package, root)  # points must agree across the chapter's markers
+        find_tasks(package, root)  # points must agree across the chapter's markers
         for f in files:
             if f.parts[0] == package and f.suffix == ".py":
-                texts[f] = hw.make_stub((root / f).read_text(), None, package, str(f))
+                texts[f] = make_stub((root / f).read_text(), None, package, str(f))
     if dest.exists():
         shutil.rmtree(dest)
     for f in files:
@@ -98,7 +100,7 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
     if stubbed and (root / "pyproject.toml").is_file() and not (root / "ruff.toml").exists():
         (dest / "ruff.toml").write_text(_ruff_config(stubbed))
     commit = (_git(root, "rev-parse", "HEAD") or "").strip() or None
-    tasks = {p: hw.task_points(hw.find_tasks(p, dest)) for p in stubbed}
+    tasks = {p: task_points(find_tasks(p, dest)) for p in stubbed}
     (dest / MARKER).write_text(json.dumps({"stubbed": tasks, "from_commit": commit}, indent=1) + "\n")
     return dest
 
@@ -118,7 +120,6 @@ def is_release(root: Path | None = None) -> bool:
     return ((root or REPO_ROOT) / MARKER).is_file()
 
 
-
 def _normal(line: str) -> str:
     """A line without its whitespace (and without a trailing comment): what the leak search compares."""
     code = line if line.lstrip().startswith("#") else line.split("  #")[0]
@@ -130,11 +131,11 @@ def solution_bodies(root: Path | None = None, chapters: Iterable[str] | None = N
     root = (root or REPO_ROOT).resolve()
     out: dict[str, list[list[str]]] = {}
     for package in _selected(chapters, root):
-        for task, regions in hw.find_tasks(package, root).items():
+        for task, regions in find_tasks(package, root).items():
             for r in regions:
                 lines = (root / r.file).read_text().splitlines()[r.begin:r.end - 1]
                 body = [n for n in map(_normal, lines) if n]
-                if body and not hw.is_stub((root / r.file).read_text(), r):
+                if body and not is_stub((root / r.file).read_text(), r):
                     out.setdefault(task, []).append(body)
     return out
 

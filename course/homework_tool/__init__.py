@@ -1,0 +1,19 @@
+"""Homework: student copies of a chapter with the marked bodies stubbed out, per-task grading, and the student
+edition of the whole course. One module per job:
+
+- markers.py: BEGIN/END SOLUTION markers in a file, and the stub that replaces a marked body;
+- tasks.py: a chapter's tasks, and `start`, its student copy with them stubbed;
+- runner.py: the worker processes that run a chapter's tests against a copy (pytest, a timeout per test);
+- grading.py: `check`, the score of each task from what ran;
+- gradescope.py: that score as Gradescope's results.json;
+- release.py: the student edition (`release`), and the search for solutions that leak into it;
+- cli.py: `python -m course homework start|check|release`.
+"""
+from .cli import main
+from .grading import RULE, check, execute, plan
+from .markers import MarkerError, Region, find_regions, is_stub, make_stub, signatures
+from .tasks import DEFAULT_DEST, CheckError, find_tasks, resolve_chapter, start, stubbed_tasks, task_points
+
+__all__ = ["DEFAULT_DEST", "RULE", "CheckError", "MarkerError", "Region", "check", "execute", "find_regions",
+           "find_tasks", "is_stub", "main", "make_stub", "plan", "resolve_chapter", "signatures", "start",
+           "stubbed_tasks", "task_points"]

@@ -1,0 +1,123 @@
+"""`python -m course homework start|check|release`: the command line of the homework tool."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..paths import shown
+from .gradescope import gradescope
+from .grading import RULE, check, unrunnable
+from .markers import MarkerError
+from .release import release
+from .tasks import DEFAULT_DEST, CheckError, find_tasks, start
+
+
+def _emit(obj: dict, output: Path | None) -> None:
+    """One JSON object: to `output`, or as the last line of stdout."""
+    text = json.dumps(obj)
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text + "\n")
+        print(f"wrote {shown(output)}")
+    else:
+        print(text)
+
+
+def _print_report(result: dict, chapter: str) -> None:
+    print(f"{result['chapter']}: checking {shown(Path(result['copy']))}")
+    if result["error"]:
+        print(f"\n{result['error']}")
+    for note in result.get("notes", []):
+        print(f"note: {note}")
+    width = max([len(r["id"]) for r in result["tasks"]] + [8])
+    print(f"\n  {'task':<{width}}  passed/total  points")
+    for r in result["tasks"]:
+        extra = ", ".join(f"{r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])
+        earned = f"{r['points']}/{r['max_points']}"
+        print(f"  {r['id']:<{width}}  {r['passed']:>6}/{r['total']:<5}  {earned:>6}   {extra}".rstrip())
+    u = result["untagged"]
+    if u["total"]:
+        print(f"  {'untagged':<{width}}  {u['passed']:>6}/{u['total']:<5}  {'-':>6}   (not scored)")
+    print(f"\nscore: {result['score']}/{result['max_score']}   rule: {RULE}")
+    for c in result["collect_errors"]:
+        print(f"\ncould not collect {c['nodeid']}: {c['message']}  (every task scores 0 until it imports)")
+    if result["failures"]:
+        print("\nfailing tests:")
+        for f in result["failures"][:20]:
+            print(f"  {f['outcome'].upper():7} {f['nodeid']} [{', '.join(f['tasks']) or 'untagged'}]\n"
+                  f"          {f['message']}")
+        if len(result["failures"]) > 20:
+            print(f"  ... and {len(result['failures']) - 20} more (--json lists them all)")
+        print(f"\nfull tracebacks: python -m course homework check {chapter} --verbose [--task TASK_ID]")
+    if result["unknown_tasks"]:
+        print(f"\nwarning: tests tagged with unknown tasks: {', '.join(result['unknown_tasks'])}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course homework",
+                                     description="Student copies of a chapter and per-task grading.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_start = sub.add_parser("start", help="copy a chapter to homework/ with the marked bodies stubbed out")
+    p_check = sub.add_parser("check", help="run the chapter's tests against your copy and score each task")
+    for p in (p_start, p_check):
+        p.add_argument("chapter", help="step01 or step01_kvcache")
+        p.add_argument("--dest", type=Path, default=DEFAULT_DEST, metavar="DIR",
+                       help="folder of student copies (default: homework/)")
+        p.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # another course checkout (for tests)
+    p_start.add_argument("--force", action="store_true", help="replace an existing copy (your edits are lost)")
+    p_release = sub.add_parser("release", help="write a student edition of the course: marked bodies stubbed, "
+                               "instructor-only files left out")
+    p_release.add_argument("dest", type=Path, metavar="DIR", help="where to write it (must not exist, or be empty)")
+    p_release.add_argument("--chapters", nargs="+", metavar="CHAPTER",
+                           help="the chapters handed out as homework (default: all); the others keep their "
+                                "reference bodies")
+    p_release.add_argument("--force", action="store_true", help="replace DIR if it holds an earlier release")
+    p_check.add_argument("--json", action="store_true", help="print only one JSON object (same as --format json)")
+    p_check.add_argument("--format", choices=("table", "json", "gradescope"), default=None,
+                         help="table (default), json (one object on the last line) or gradescope (results.json)")
+    p_check.add_argument("--output", type=Path, metavar="FILE",
+                         help="write the json / gradescope result to FILE instead of printing it")
+    p_check.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per test (default 60)")
+    p_check.add_argument("--total-timeout", type=float, default=1800.0, metavar="S", help="seconds for the whole check")
+    p_check.add_argument("--extra-tests", type=Path, metavar="DIR", help="another folder of tests to run as well")
+    p_check.add_argument("--task", action="append", metavar="ID", help="check only this task (repeatable)")
+    p_check.add_argument("--scored-only", action="store_true", help="skip untagged tests (they do not score)")
+    p_check.add_argument("--verbose", action="store_true", help="show pytest's own output (tracebacks)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            target = start(args.chapter, args.dest, args.force, root=args.root)
+            tasks = find_tasks(args.chapter, args.root)
+            print(f"Created {shown(target)}: a copy of {target.name} with {len(tasks)} task(s) stubbed out.\n"
+                  "Write these functions (look for '# BEGIN SOLUTION <task>'):")
+            width = max([len(t) for t in tasks] + [4])
+            for task, regions in tasks.items():
+                for r in regions:
+                    file = target / Path(*r.file.parts[1:])
+                    worth = f"{r.points} pt" + ("s" if r.points > 1 else "")
+                    print(f"  {task:<{width}}  {worth:>6}  {shown(file)}:{r.begin:<5} {r.function}")
+            print(f"Then grade your copy: python -m course homework check {args.chapter}")
+            return 0
+        if args.command == "release":
+            target = release(args.dest, args.chapters, force=args.force)
+            print(f"Wrote the student release {shown(target)}")
+            return 0
+        fmt = args.format or ("json" if args.json else "table")
+        tasks = args.task or (list(find_tasks(args.chapter, args.root)) if args.scored_only else None)
+        result = check(args.chapter, args.dest, args.timeout, args.extra_tests, tasks, args.root,
+                       total_timeout=args.total_timeout, verbose=args.verbose)
+    except FileExistsError as exc:
+        print(f"homework {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except (CheckError, MarkerError) as exc:
+        print(f"homework {args.command}: {exc}", file=sys.stderr)
+        if args.command == "check" and (args.format == "gradescope"):
+            _emit(gradescope(unrunnable(args.chapter, f"the check could not run: {exc}", args.root)), args.output)
+        return 2
+    if fmt == "table":
+        _print_report(result, args.chapter)
+    else:
+        _emit(gradescope(result) if fmt == "gradescope" else result, args.output)
+    return 0

@@ -1,0 +1,24 @@
+"""Gradescope's autograder format: a check's result as its results.json, one test per task."""
+from __future__ import annotations
+
+
+def gradescope(result: dict) -> dict:
+    """The check's result as Gradescope's autograder results.json: one test per task, worth its points."""
+    failing: dict[str, list[str]] = {}
+    for f in result["failures"]:
+        for task in f["tasks"]:
+            failing.setdefault(task, []).append(f"{f['outcome'].upper()} {f['nodeid']}\n    {f['message']}")
+    problems = [result["error"]] if result["error"] else []
+    problems += [f"could not collect {c['nodeid']}: {c['message']} (every task scores 0 until it imports)"
+                 for c in result["collect_errors"]]
+    tests = []
+    for r in result["tasks"]:
+        lines = [f"{r['passed']}/{r['total']} tests pass" + "".join(
+            f", {r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])]
+        lines += failing.get(r["id"], [])[:10] + problems
+        tests.append({"name": r["id"], "score": r["points"], "max_score": r["max_points"],
+                      "output": "\n".join(lines), "visibility": "visible"})
+    summary = [f"{result['chapter']}: {result['score']}/{result['max_score']} points", *result.get("notes", []),
+               *problems]
+    return {"score": result["score"], "execution_time": result["seconds"] or 0, "output": "\n".join(summary),
+            "visibility": "visible", "stdout_visibility": "visible", "tests": tests}

@@ -1,0 +1,152 @@
+"""Grading a student copy: plan the run of its chapter's tests, run it, and score each task from what ran.
+
+Scoring rule: a task earns its points (`points=N` on its markers, default 1) when it has at least one test,
+none of its tests fails or errors, and at least one passes (skips are neutral). Untagged tests are reported
+but do not score. A test module that cannot even be collected zeroes every task, since its tests cannot be
+attributed. In a student release (course/homework_tool/release.py) there is no reference: the earlier chapters a
+chapter builds on are stubbed too, so they come from the student's own copies when there are any.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..chapters import chapters
+from ..paths import REPO_ROOT, shown
+from .markers import MarkerError
+from .runner import Run, run_workers
+from .tasks import DEFAULT_DEST, CheckError, find_tasks, resolve_chapter, stubbed_tasks, task_points
+
+RULE = ("a task earns its points (1 unless its marker says points=N) when all of its tests pass "
+        "(at least one must pass; skips are neutral)")
+
+
+def plan(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, extra_tests: Path | str | None = None,
+         tasks: Iterable[str] | None = None, root: Path | None = None, tests_dir: Path | str | None = None) -> Run:
+    """The Run that checks the copy `dest/<package>` of `chapter` against its tests."""
+    root = (root or REPO_ROOT).resolve()
+    package, default_tests = resolve_chapter(chapter, root)
+    dest = Path(dest).resolve()
+    if not (dest / package / "__init__.py").is_file():
+        raise CheckError(f"no student copy at {shown(dest / package)}; "
+                         f"run: python -m course homework start {chapter}")
+    if tasks is not None and (unknown := set(tasks) - set(find_tasks(package, root))):
+        raise CheckError(f"unknown task(s) {', '.join(sorted(unknown))}; {package} has: "
+                         f"{', '.join(find_tasks(package, root))}")
+    tests = [Path(tests_dir or default_tests).resolve()] + ([Path(extra_tests).resolve()] if extra_tests else [])
+    for path in tests:
+        if not path.exists():
+            raise CheckError(f"no tests at {shown(path)}")
+    built_on, notes = _earlier_copies(package, dest, root)
+    return Run(package, str(dest), [str(p) for p in tests], str(root), float(timeout),
+               list(tasks) if tasks is not None else None, built_on=built_on, notes=notes)
+
+
+def _earlier_copies(package: str, dest: Path, root: Path) -> tuple[list[str], list[str]]:
+    """In a student release the chapters before `package` are stubbed too, and a chapter builds on them:
+    those come from the student's own copies in `dest` when there are any. In the instructor's repository
+    (reference bodies) they always come from the reference."""
+    built_on, notes = [], []
+    for earlier in chapters(root)[: chapters(root).index(package)]:
+        if not stubbed_tasks(earlier, root):
+            continue
+        if (dest / earlier / "__init__.py").is_file():
+            built_on.append(earlier)
+            notes.append(f"{earlier} (which {package} builds on) is imported from your copy {shown(dest / earlier)}")
+        else:
+            notes.append(f"{earlier} (which {package} builds on) is stubbed in {shown(root / earlier)} and you have "
+                         f"no copy of it: tests that run its code fail; run `python -m course homework start "
+                         f"{earlier.split('_')[0]}` and solve it first")
+    return built_on, notes
+
+
+def execute(runs: list[Run], total_timeout: float = 1800.0, workers: int = 1, verbose: bool = False) -> list[dict]:
+    """Run `runs` in `workers` worker processes (each imports torch once) and grade each run."""
+    ended = run_workers(runs, total_timeout, workers, verbose)
+    return [_summarize(run, *what) for run, what in zip(runs, ended, strict=True)]
+
+
+def check(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, extra_tests: Path | str | None = None,
+          tasks: Iterable[str] | None = None, root: Path | None = None, tests_dir: Path | str | None = None,
+          total_timeout: float = 1800.0, verbose: bool = False) -> dict:
+    """Grade the copy `dest/<package>`: the JSON-able result that `check --json` prints."""
+    run = plan(chapter, dest, timeout, extra_tests, tasks, root, tests_dir)
+    return execute([run], total_timeout, verbose=verbose)[0]
+
+
+def _counts() -> dict[str, int]:
+    return {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "total": 0}
+
+
+def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
+    """Per-task counts and points from the worker's events; `stopped` says why the worker ended early."""
+    events = [json.loads(line) for line in log.splitlines() if line.strip()]
+    worth = task_points(find_tasks(run.package, Path(run.rootdir)))
+    order = list(worth)
+    marked = set(order)
+    collected: dict[str, list[str]] = {}
+    unknown: set[str] = set()
+    results: dict[str, tuple[str, str, bool]] = {}
+    started, exit_code, seconds, error, collect_errors = None, None, None, None, []
+    for e in events:
+        kind = e["event"]
+        if kind == "collected":
+            collected = {t["nodeid"]: t["tasks"] for t in e["tests"]}
+            unknown = set(e["tags"]) - marked
+        elif kind == "start":
+            started = e["nodeid"]
+        elif kind == "result":
+            results[e["nodeid"]] = (e["outcome"], e["message"], e["timeout"])
+        elif kind == "collect_error":
+            collect_errors.append({"nodeid": e["nodeid"], "message": e["message"]})
+        elif kind == "import_error":
+            error = f"the copy does not import:\n{e['message']}"
+        elif kind == "fatal":
+            raise CheckError(e["message"])
+        elif kind == "done":
+            exit_code, seconds = e["exit_code"], e["seconds"]
+    if exit_code is None and error is None:
+        if not stopped:
+            raise CheckError(f"the check ended without a result; its output ended with:\n{output}")
+        error = f"stopped: {stopped}" + (f"; its output ended with:\n{output[-1000:]}" if "died" in stopped else "")
+    if exit_code in (2, 3, 4) and not collected:
+        raise CheckError(f"pytest could not run (exit code {exit_code}); its output ended with:\n{output}")
+    for nodeid in collected:  # pytest stopped early: blame the running test, the others never ran
+        if nodeid not in results:
+            why = stopped or f"pytest stopped early (exit code {exit_code})"
+            results[nodeid] = ("failed", why, False) if nodeid == started else ("error", f"not run: {why}", False)
+
+    tasks = {t: _counts() for t in (order if run.tasks is None else run.tasks)}
+    untagged, failures = _counts(), []
+    field = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped"}
+    for nodeid, names in collected.items():
+        outcome, message, timed_out = results[nodeid]
+        buckets = [tasks[n] for n in names if n in tasks] or ([] if marked & set(names) else [untagged])
+        for bucket in buckets:
+            bucket[field[outcome]] += 1
+            bucket["total"] += 1
+        if outcome in ("failed", "error"):
+            failures.append({"nodeid": nodeid, "tasks": names, "outcome": "timeout" if timed_out else outcome,
+                             "message": message})
+    rows = []
+    for task, c in tasks.items():
+        earned = not collect_errors and c["passed"] > 0 and c["failed"] == c["errors"] == 0
+        rows.append({"id": task, **c, "points": worth[task] if earned else 0, "max_points": worth[task]})
+    return {"chapter": run.package, "copy": str(Path(run.dest) / run.package), "tasks": rows,
+            "score": sum(r["points"] for r in rows), "max_score": sum(r["max_points"] for r in rows),
+            "untagged": untagged, "unknown_tasks": sorted(unknown), "failures": failures,
+            "collect_errors": collect_errors, "error": error, "seconds": seconds, "notes": run.notes, "rule": RULE}
+
+
+def unrunnable(chapter: str, message: str, root: Path | None) -> dict:
+    """A zero result for a check that could not run (Gradescope still needs a results file)."""
+    try:
+        package, _ = resolve_chapter(chapter, root)
+        worth = task_points(find_tasks(package, root))
+    except (CheckError, MarkerError):
+        package, worth = chapter, {}
+    rows = [{"id": t, **_counts(), "points": 0, "max_points": p} for t, p in worth.items()]
+    return {"chapter": package, "copy": "", "tasks": rows, "score": 0, "max_score": sum(worth.values()),
+            "untagged": _counts(), "unknown_tasks": [], "failures": [], "collect_errors": [], "error": message,
+            "seconds": None, "notes": [], "rule": RULE}

@@ -1,0 +1,63 @@
+"""Chapter 2's measured results, for `python -m course report`: continuous batching against Hugging Face and
+chapter 1, and the KV memory each holds step by step, drawn from results/batch.json."""
+from __future__ import annotations
+
+from course.report import COLORS, Rendered, fmt, need, provenance, pyplot, register, svg, table
+
+
+def plot_throughput_and_memory(rec: dict):
+    """Chapter 2: tokens/s of the contenders, and the KV memory held at every engine step."""
+    plt = pyplot()
+    f = rec["figures"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 3.8))
+    names = ["paged engine\n(all at once)", "HF generate\nbatched, padded", "HF generate\none by one",
+             "chapter 1\none by one"]
+    vals = [f["tokens_per_s"], f["hf_batched_tokens_per_s"], f["hf_tokens_per_s"], f["step01_tokens_per_s"]]
+    ax.bar(names, vals, color=[COLORS["on"], COLORS["hf"], COLORS["recipe"], COLORS["off"]])
+    ax.set(ylabel="generated tokens / s", title=f"{f['requests']} ragged requests ({f['workload']})")
+    ax.tick_params(axis="x", labelsize=8)
+    mem = f["kv_mib_per_step"]
+    for key, label, color in (("paged", "paged pool: blocks held", COLORS["on"]),
+                              ("contiguous", "contiguous: prompt + max_new per request", COLORS["contiguous"]),
+                              ("hf_batched", "HF padded batch: every row as long as the longest", COLORS["hf"])):
+        bx.plot(range(1, len(mem[key]) + 1), mem[key], label=label, color=color)
+    bx.set(xlabel="step", ylabel="KV cache held (MiB)", title="KV memory per step, same requests")
+    bx.legend(fontsize=8)
+    bx.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def headline() -> str:
+    two = need("step02", "batch")["figures"]
+    return (f"{two['requests']} ragged requests: continuous batching {two['speedup_vs_hf_batched']}x HF `generate` "
+            f"batched (SDPA), {two['speedup_vs_hf']}x HF one by one; unfilled KV {two['kv_waste_fraction']:.1%} paged "
+            f"vs {two['contiguous_waste_fraction']:.1%} contiguous")
+
+
+@register("step02", headline)
+def render() -> Rendered:
+    rec = need("step02", "batch")
+    f = rec["figures"]
+    lines = [provenance([rec]), "",
+             f"**Throughput**: the `{f['workload']}` workload, {f['requests']} ragged requests "
+             f"({f['prompt_tokens']} prompt tokens, {f['new_tokens']} generated, greedy, stopping at end of turn), "
+             "best of 3 interleaved rounds. Every contender is credited with each request's own tokens only. "
+             "Hugging Face uses SDPA; its fair baseline is the batched call.", "",
+             "![throughput and KV memory per step](results/throughput_memory.svg)", ""]
+    lines += table(["contender", "tokens/s", "engine's speed-up over it"],
+                   [["paged engine, continuous batching", f["tokens_per_s"], "-"],
+                    ["HF `generate`, all requests in one left-padded batch", f["hf_batched_tokens_per_s"],
+                     f"{f['speedup_vs_hf_batched']}x"],
+                    ["HF `generate`, one request at a time", f["hf_tokens_per_s"], f"{f['speedup_vs_hf']}x"],
+                    ["chapter 1's `generate`, one at a time", f["step01_tokens_per_s"], f"{f['speedup_vs_step01']}x"]])
+    mem = f["kv_mib_per_step"]
+    lines += ["", f"Same tokens as HF one by one and chapter 1: {fmt(f['outputs_identical'])}; as HF's padded batch: "
+              f"{fmt(f['hf_batched_outputs_identical'])} (padding changes fp32 sums slightly, so a near-tie may flip).",
+              "", "**KV memory** over the engine's {} steps:".format(f["steps"]), ""]
+    lines += table(["", "peak (MiB)", "allocated but unfilled"],
+                   [["paged pool (blocks of 16)", max(mem["paged"]), f"{f['kv_waste_fraction']:.1%}"],
+                    ["contiguous buffers, prompt + max_new_tokens each", max(mem["contiguous"]),
+                     f"{f['contiguous_waste_fraction']:.1%}"],
+                    ["HF's padded batch", max(mem["hf_batched"]), "-"]])
+    return "\n".join(lines) + "\n", {"throughput_memory.svg": svg(lambda: plot_throughput_and_memory(rec))}

@@ -1,0 +1,69 @@
+"""Chapter 5's measured results, for `python -m course report`: the prefix-caching table, the three designs on the
+same requests, and their reuse as the block size shrinks (results/designs.json, measured without the model)."""
+from __future__ import annotations
+
+from course.report import (
+    COLORS,
+    Rendered,
+    need,
+    plot_hit_rates,
+    prefix_cache_block,
+    prefix_records,
+    provenance,
+    pyplot,
+    register,
+    svg,
+    table,
+)
+
+
+def plot_block_sizes(rec: dict):
+    """Chapter 5: per workload, the bridge's and the hash's hit rate as the block shrinks toward chapter 4's
+    one-token slots (the star). The two designs sit on the same points: granularity decides the hits."""
+    plt = pyplot()
+    f = rec["figures"]
+    sizes = sorted(f["block_sizes"], reverse=True)
+    fig, axes = plt.subplots(1, len(f["designs"]), figsize=(2.9 * len(f["designs"]), 3.3), squeeze=False)
+    for ax, row in zip(axes[0], f["designs"]):
+        rate = lambda design, row=row: row[design]["cached_tokens"] / row["prompt_tokens"]  # noqa: E731
+        xs = [str(b) for b in sizes]
+        ax.plot(xs, [rate(f"hash bs={b}") for b in sizes], "s-", ms=9, mfc="none", color=COLORS["step03"],
+                label="hash (ch. 3)")
+        ax.plot(xs, [rate(f"bridge bs={b}") for b in sizes], "o-", color=COLORS["step05"], label="bridge (ch. 5)")
+        ax.plot([xs[-1]], [rate("radix (ch. 4)")], "*", ms=14, color=COLORS["step04"], label="radix (ch. 4)")
+        ax.set(title=row["workload"], xlabel="block size (tokens)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("hit rate (cached / prompt tokens)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Reuse against block size, same requests, no model", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def headline() -> str:
+    long5 = need("step05", "long")["figures"]
+    dl = {r["workload"]: r for r in need("step05", "designs")["figures"]["designs"]}["long"]
+    return (f"the bridge reuses what the hash reuses at the same block size (`long`, 16: "
+            f"{dl['bridge bs=16']['cached_tokens']} vs {dl['hash bs=16']['cached_tokens']} tokens) and chapter 4's at "
+            f"block size 1; `long` warm TTFT {long5['speedup_warm']}x")
+
+
+@register("step05", headline)
+def render() -> Rendered:
+    text, plots = prefix_cache_block("step05")
+    by = {c: prefix_records(c) for c in ("step03", "step04", "step05")}
+    d = need("step05", "designs")
+    rows = d["figures"]["designs"]
+    names = [k for k in rows[0] if k not in ("workload", "prompt_tokens")]
+    text += ("\n**The three designs**, same requests, hit rate as the engines measured it above:\n\n"
+             "![hit rate per design](results/hit_rate.svg)\n\n"
+             "**Block size**, without the model: prompt tokens each design reuses on every workload, and the "
+             "cache manager's bookkeeping per warm request in µs (admit, publish or insert, free). "
+             + provenance([d], "a 1-layer toy model with SmolLM2's vocabulary") + "\n\n"
+             "![hit rate against block size](results/block_size.svg)\n\n")
+    text += "\n".join(table(["design"] + [f"`{r['workload']}` cached / µs" for r in rows],
+                            [[n] + [f"{r[n]['cached_tokens']} / {r[n]['bookkeeping_us']}" for r in rows]
+                             for n in names])) + "\n"
+    plots["hit_rate.svg"] = svg(lambda: plot_hit_rates(by))
+    plots["block_size.svg"] = svg(lambda: plot_block_sizes(d))
+    return text, plots
