@@ -5,8 +5,8 @@ from .config import EngineConfig
 from .engine import Engine, RequestOutput
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
-from .scheduler import Scheduler
+from .scheduler import FCFS, Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
 
-__all__ = ["BlockManager", "CacheManager", "Engine", "EngineConfig", "KVCacheManager", "KVPool", "OutOfBlocksError",
-           "PrefixMatch", "RequestOutput", "Scheduler", "Sequence", "SequenceStatus"]
+__all__ = ["FCFS", "BlockManager", "CacheManager", "Engine", "EngineConfig", "KVCacheManager", "KVPool",
+           "OutOfBlocksError", "Policy", "PrefixMatch", "RequestOutput", "Scheduler", "Sequence", "SequenceStatus"]

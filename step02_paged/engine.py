@@ -31,7 +31,7 @@ from .forward_batch import ForwardBatch
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
 from .paged_attention import PagedAttention
-from .scheduler import Scheduler
+from .scheduler import Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "RequestOutput"]
@@ -84,22 +84,23 @@ class Launched:
 
 
 class Engine:
-    """One engine for every chapter; two seams choose what it runs on.
+    """One engine for every chapter; two seams choose what it runs on, and a policy the order of admission.
 
     `manager` builds the cache manager from the pool's geometry: any callable `(num_blocks, block_size) ->
     CacheManager`, usually the manager class itself (chapter 2's KVCacheManager pages without caching).
     `attention` is the attention backend (chapter 1's `AttentionBackend`): `for_step(pool, batch)` returns the
-    step's KV store."""
+    step's KV store. `policy` orders the waiting queue before each admission (the scheduler's `Policy`; by
+    default first come, first served); it belongs to this engine alone, since it may keep state."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
                  manager: Callable[[int, int], CacheManager] = KVCacheManager,
-                 attention: AttentionBackend = PagedAttention) -> None:
+                 attention: AttentionBackend = PagedAttention, policy: Policy | None = None) -> None:
         self.model, self.config, self.attention = model, config, attention
         self.cache_manager = manager(config.num_blocks, config.block_size)
         self.pool = KVPool(model.config, config.num_blocks, config.block_size, model.dtype, model.device)
         self.block_table = BlockTable(config.max_num_seqs, cdiv(model.config.max_position_embeddings,
                                                                 config.block_size), model.device)
-        self.scheduler = Scheduler(config, self.cache_manager)
+        self.scheduler = Scheduler(config, self.cache_manager, policy)
         self.seqs: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self.last_scheduled: list[tuple[int, int]] = []  # (seq_id, tokens) of the latest step, for display

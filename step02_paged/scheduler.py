@@ -4,13 +4,17 @@ A step has a token budget (`max_num_batched_tokens`) and a seat limit (`max_num_
 sequences go first, in arrival order: a decode needs 1 token, an unfinished prefill takes what the
 budget allows (chunked prefill, so a long prompt never stalls the decodes). When the pool is out of
 blocks, the most recently admitted running sequence is preempted: its blocks are released and it goes
-back to the front of the queue, to be recomputed later. Then waiting sequences are admitted while
-budget, seats and blocks last; a new one starts after the prefix its cache manager found (`Sequence.admit`).
-Nothing is ever half-allocated, so nothing leaks.
+back to the front of the queue, to be recomputed later. Then waiting sequences are admitted from the front
+of the queue while budget, seats and blocks last; a new one starts after the prefix its cache manager found
+(`Sequence.admit`). Nothing is ever half-allocated, so nothing leaks.
+
+Which waiting sequence comes first is a policy's choice: before admitting, the scheduler lets its policy order
+the queue. This chapter's is first come, first served (FCFS), which leaves it as it is.
 """
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 from .cache_manager import CacheManager, PrefixMatch
 from .config import EngineConfig
@@ -26,11 +30,33 @@ def admit(cache_manager: CacheManager, seq: Sequence, match: PrefixMatch) -> Non
         cache_manager.stats.record(seq)
 
 
-class Scheduler:
-    """Reads the budget fields of the engine's config; asks the cache manager for memory."""
+class Policy(Protocol):
+    """Orders the waiting queue before admission. It may keep state (one policy per scheduler) and may ask the
+    cache manager about a request (`get_computed_blocks` looks only); it never changes a request."""
 
-    def __init__(self, config: EngineConfig, cache_manager: CacheManager) -> None:
+    name: str
+
+    def order(self, waiting: deque[Sequence], cache_manager: CacheManager, seats: int) -> None:
+        """Reorder `waiting` in place; preempted sequences stay at its front, in their order. At most `seats`
+        sequences (the free seats) are admitted from the front before the next call."""
+
+
+class FCFS:
+    """First come, first served: the queue as it is, in arrival order, a preempted sequence at its front."""
+
+    name = "fcfs"
+
+    def order(self, waiting: deque[Sequence], cache_manager: CacheManager, seats: int) -> None:
+        """Nothing to reorder."""
+
+
+class Scheduler:
+    """Reads the budget fields of the engine's config; asks the cache manager for memory and the policy for the
+    admission order."""
+
+    def __init__(self, config: EngineConfig, cache_manager: CacheManager, policy: Policy | None = None) -> None:
         self.config, self.cache_manager = config, cache_manager
+        self.policy: Policy = policy or FCFS()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preempted: list[Sequence] = []  # preempted by the latest `schedule` (the engine frees their rows)
@@ -44,6 +70,9 @@ class Scheduler:
     def schedule(self) -> list[tuple[Sequence, int]]:
         """(sequence, number of new tokens to run) for this step."""
         self.preempted = []
+        seats = self.config.max_num_seqs - len(self.running)
+        if self.waiting and seats > 0:  # someone may be admitted: the policy says who comes first
+            self.policy.order(self.waiting, self.cache_manager, seats)
         # BEGIN SOLUTION task2.schedule points=4
         budget = self.config.max_num_batched_tokens
         chunked = self.config.enable_chunked_prefill

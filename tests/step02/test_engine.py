@@ -7,7 +7,7 @@ import pytest
 
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
-from step02_paged import Engine, EngineConfig, KVCacheManager, PrefixMatch
+from step02_paged import FCFS, Engine, EngineConfig, KVCacheManager, PrefixMatch
 from tests.driver import drive_to_end, with_reference
 
 
@@ -109,6 +109,39 @@ def test_bad_input_is_rejected_with_nothing_queued(model):
         EngineConfig(block_size=0)
     with pytest.raises(ValueError, match="block_size"):
         EngineConfig(block_size=-4)
+
+
+class ShortestFirst:
+    """A policy for the tests: the shortest waiting prompt first; preempted sequences stay at the front."""
+
+    name = "shortest-first"
+
+    def __init__(self) -> None:
+        self.seats: list[int] = []
+
+    def order(self, waiting, cache_manager, seats: int) -> None:
+        self.seats.append(seats)
+        head = [s for s in waiting if s.num_preemptions]
+        rest = sorted((s for s in waiting if not s.num_preemptions), key=lambda s: s.num_prompt_tokens)
+        waiting.clear()
+        waiting.extend(head + rest)
+
+
+@pytest.mark.parametrize("policy", [None, ShortestFirst()], ids=["default", "shortest-first"])
+def test_a_policy_orders_admission_without_changing_tokens(model, reference, policy):
+    """The scheduler admits from the front of the queue as its policy ordered it (by default, FCFS: as they
+    came); the policy asks when a seat is free and says how many are; the answers never change."""
+    prompts, params, expected = reference
+    engine = Engine(model, EngineConfig(num_blocks=512, block_size=4, max_num_seqs=2, max_num_batched_tokens=64),
+                    policy=policy)
+    outs = drive_to_end(engine, prompts, params)
+    assert [o.output_ids for o in outs] == expected
+    admitted = [seq_id for seq_id, _, _ in engine.cache_manager.stats.recent]
+    if policy is None:
+        assert isinstance(engine.scheduler.policy, FCFS) and admitted == sorted(admitted)
+    else:
+        assert admitted == sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        assert policy.seats and set(policy.seats) <= {1, 2}, "asked only with a free seat, told how many"
 
 
 def test_waste_stays_under_one_block_per_sequence(model):
