@@ -11,6 +11,9 @@ exists to expose one behaviour of a KV cache:
 - `batch`: 8 ragged, unrelated requests (~20 to ~300 tokens) for continuous batching and memory waste.
 - `diverge`: 4 requests sharing exactly 16*4 + 7 = 71 tokens: a token radix tree reuses all 71, a cache
   of hashed 16-token blocks only 64.
+- `multi_doc`: 4 documents x 3 questions, arriving interleaved (document 1, 2, 3, 4, 1, 2, ...) and all at once:
+  in a pool too small for every document, arrival order evicts each document before its next question
+  comes, and ordering the queue by cached prefix (chapter 4's scheduling policies) keeps it.
 
 `python -m course workloads [NAME ...] [--json]` prints their measured token counts.
 """
@@ -270,7 +273,64 @@ def _diverge() -> Workload:
                     chats)
 
 
-_BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge}
+# --- multi_doc: several documents, each asked several questions, the questions interleaved -------------------
+
+_DOCS = (
+    ("You answer questions about the Millbrook Museum of Clocks using only this visitor guide.\n"
+     "The museum is open Tuesday to Sunday from 10:00 to 17:30 and closed on Mondays except public holidays. "
+     "Tickets cost 9 euros for adults, 5 euros for students and visitors over 65, and nothing for children under "
+     "12. The ground floor holds the tower clock gallery, where the 1742 Harwell tower movement strikes every "
+     "quarter hour. The first floor shows pocket watches and marine chronometers; flash photography is not "
+     "allowed there. Guided tours in English start at 11:00 and 15:00 and last 50 minutes. The workshop in the "
+     "basement, where restorers repair clocks in front of visitors, is open on Saturdays only. Lockers are free "
+     "and take a 1 euro coin that is returned. The cafe closes half an hour before the museum."),
+    ("You answer questions about the Fernside community garden using only its rules.\n"
+     "Members rent one raised bed each for 40 euros a season, from March to October. Beds must be planted by "
+     "the end of April or the committee offers them to the waiting list. Water comes from the two rain tanks "
+     "first; the mains tap may be used only between 18:00 and 21:00 in dry spells. Chemical pesticides are "
+     "banned, but slug traps and netting are welcome. Tools in the green shed are shared and must be cleaned "
+     "and hung back on their hooks. Compost bins are turned on the first Sunday of each month, and every member "
+     "helps at least twice a season. Dogs must stay on a lead on the paths. Members who leave a bed untended for "
+     "three weeks receive one reminder before the bed is reassigned."),
+    ("You answer questions about the Northline regional rail ticket rules using only this summary.\n"
+     "A single ticket is valid for three hours from the time it is stamped and allows changes between trains "
+     "on the same route. A day pass costs 14 euros and covers all zones until 04:00 the next morning. Children "
+     "under six travel free with an adult; children from six to fourteen pay half fare. Bicycles ride for 3 "
+     "euros, except on weekday trains leaving between 07:00 and 09:00, when they are not allowed. A ticket "
+     "bought on board costs 2 euros more than one from a machine or the app. Passengers without a valid ticket "
+     "pay a 60 euro penalty, reduced to 10 euros if they show a season ticket they forgot within seven days. "
+     "Delays over 30 minutes give a voucher for a quarter of the fare."),
+    ("You answer questions about release 3.2 of the Quill note-taking app using only these release notes.\n"
+     "Release 3.2 adds offline mode: notes edited without a connection are kept on the device and synced when "
+     "the app is online again; if the same note changed on two devices, both versions are kept and marked as a "
+     "conflict. Search now finds words inside attached PDF files, but not inside images. The export menu gains "
+     "Markdown and drops the old RTF format. Tags can be nested up to three levels deep. The minimum supported "
+     "versions are now Android 10 and iOS 15. A known issue: reminders set for the last day of a month may fire "
+     "a day late on iOS; a fix is planned for 3.2.1. Free accounts keep 2 gigabytes of storage; paid accounts "
+     "keep 50 gigabytes and the full version history."),
+)
+
+_DOC_QUESTIONS = (
+    ("Can I visit the museum on a Monday?", "How much do two adults and a ten-year-old pay to get in?",
+     "When can I watch the restorers at work?"),
+    ("What happens if I have not planted my bed by May?", "May I use the mains tap at noon in a dry spell?",
+     "Is netting against birds allowed?"),
+    ("Can I take my bicycle on the 08:15 train on a Tuesday?", "How much does a nine-year-old pay?",
+     "What do I pay if I forgot my season ticket at home?"),
+    ("What happens when I edit the same note on my phone and my laptop while both are offline?",
+     "Can search find words in a photo of a whiteboard?", "Which export formats were added or removed?"),
+)
+
+
+def _multi_doc() -> Workload:
+    chats = [chat(questions[r], doc) for r in range(3) for doc, questions in zip(_DOCS, _DOC_QUESTIONS)]
+    return Workload("multi_doc", f"{len(_DOCS)} documents (~190 tokens each) x 3 questions, interleaved (document 1, "
+                    "2, 3, 4, 1, 2, ...) and arriving together: in a pool too small for every document, arrival "
+                    "order evicts each document before its next question; a cache-aware order keeps it", chats)
+
+
+_BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge,
+             "multi_doc": _multi_doc}
 WORKLOADS: tuple[str, ...] = tuple(_BUILDERS)
 
 

@@ -90,6 +90,20 @@ def test_diverge(tokenizer):
 
 
 @pytest.mark.slow
+def test_multi_doc(tokenizer):
+    """4 documents x 3 questions, interleaved: each request shares its document with the request 4 before it and
+    little more than the template with the others."""
+    prompts = get_workload("multi_doc").prompts(tokenizer)
+    assert len(prompts) == 12 and all(180 <= len(p) <= 240 for p in prompts), [len(p) for p in prompts]
+    for i, p in enumerate(prompts):
+        for j, q in enumerate(prompts[:i]):
+            shared = shared_prefix_len([p, q])
+            assert shared >= 170 if i % 4 == j % 4 else shared <= 16, (i, j, shared)
+    assert sum(len(p) for p in prompts[:4]) > 2 * max(len(p) for p in prompts), \
+        "a pool for two requests at a time cannot keep all four documents"
+
+
+@pytest.mark.slow
 def test_main_json(capsys):
     assert main(["short", "diverge", "--json"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
