@@ -24,6 +24,13 @@ def drive_to_end(engine, prompts=(), params: SamplingParams | list[SamplingParam
     return [done[i] for i in sorted(done)]
 
 
+def most_overtaken(engine) -> int:
+    """From the first admissions the cache manager recorded, in order: the most requests that arrived after some
+    request (ids are handed out in arrival order) and were admitted before it. 0 under first come, first served."""
+    order = [seq_id for seq_id, _, _ in engine.cache_manager.stats.recent]
+    return max((sum(later > seq_id for later in order[:i]) for i, seq_id in enumerate(order)), default=0)
+
+
 def shared_prompts(n: int, seed: int, stem: int = 60) -> list[list[int]]:
     """Prompts that share random-length prefixes of one stem (on and off block boundaries), then diverge."""
     rng = random.Random(seed)
