@@ -13,6 +13,7 @@ from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
+from step04_radix.policy import make_policy
 from step05_bridge import BridgeKVCacheManager
 
 from .cuda_graph import CUDAGraphModel
@@ -28,9 +29,10 @@ PREFIX_CACHES = {  # the cache manager of each chapter
 
 
 def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_backend: str = "triton",
-                cuda_graphs: bool = False, fuse: bool = False, **config) -> Engine:
+                cuda_graphs: bool = False, fuse: bool = False, policy: str = "fcfs", **config) -> Engine:
     """Chapter 2's engine with chapter `prefix_cache`'s manager, `config` (EngineConfig's fields, `overlap`
-    among them), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU."""
+    among them), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU; `policy`
+    orders the waiting queue (chapter 4's `fcfs`, `lpm` or `dfs-weight`, the last on a tree design only)."""
     if attention_backend not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {sorted(BACKENDS)}, got {attention_backend!r}")
     if prefix_cache not in PREFIX_CACHES:
@@ -39,8 +41,12 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         raise ValueError("cuda_graphs replays the Triton decode step: use attention_backend='triton'")
     if fuse and not cuda_graphs:
         raise ValueError("fuse applies to the captured decode step: use cuda_graphs=True")
+    if policy == "dfs-weight" and prefix_cache in ("none", "hash"):
+        raise ValueError(f"policy 'dfs-weight' walks a radix tree; prefix_cache {prefix_cache!r} has none")
+    order = make_policy(policy)  # a ValueError names the policies
     graphed = CUDAGraphModel(model) if cuda_graphs else None
-    engine = Engine(graphed or model, EngineConfig(**config), PREFIX_CACHES[prefix_cache], BACKENDS[attention_backend])
+    engine = Engine(graphed or model, EngineConfig(**config), PREFIX_CACHES[prefix_cache], BACKENDS[attention_backend],
+                    order)
     if graphed:
         graphed.capture(engine, fuse=fuse)
     return engine
