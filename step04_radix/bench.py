@@ -1,6 +1,9 @@
 """`python -m course bench step04 --workload <name> [--json]`: the engine on one-token slots with the radix cache
 off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus the cost of the
-tree's bookkeeping. `python -m course report` sets its results beside chapter 3's, workload by workload."""
+tree's bookkeeping. `python -m course report` sets its results beside chapter 3's, workload by workload.
+
+`--workload multi_doc` compares the waiting-queue policies instead (policy_bench.py), on chapter 3's hash and
+this chapter's tree."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +15,7 @@ from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
 from step02_paged import Engine, EngineConfig, KVCacheManager
 
+from . import policy_bench
 from .radix_cache import RadixKVCacheManager
 from .radix_tree import RadixTree
 
@@ -28,6 +32,11 @@ def pool_slots(workload: str, max_new_tokens: int) -> int:
 
 @register("step04")
 def bench_step04(args: argparse.Namespace) -> dict:
+    if args.workload == policy_bench.WORKLOAD:
+        from step03_prefix_hash import PrefixCachingKVCacheManager
+
+        return policy_bench.compare_policies("step04", {"hash": (PrefixCachingKVCacheManager, 16),
+                                                        "radix": (RadixKVCacheManager, 1)}, args)
     args.workload = args.workload or "short"
     args.max_new_tokens = args.max_new_tokens or 8
     slots = pool_slots(args.workload, args.max_new_tokens)
