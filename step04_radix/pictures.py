@@ -1,13 +1,18 @@
 """Pictures of chapter 4's structures: the radix tree (text and DOT: edges with their tokens, nodes with their
-slots, lock_ref and last access) and the cache manager (the tree plus the requests that lock it, and a one-line
-map of who owns each slot)."""
+slots, lock_ref and last access), the cache manager (the tree plus the requests that lock it, and a one-line
+map of who owns each slot), and the waiting queue beside the tree (what a cache-aware policy sees)."""
 from __future__ import annotations
 
+import re
+from collections import deque
 from collections.abc import Callable, Sequence
 
-from course.draw import Dot, words
-from step02_paged.pictures import chat, side_by_side
+from course.draw import Dot, word_ids, words
+from step01_kvcache.request import SamplingParams
+from step02_paged.pictures import SYSTEM, chat, side_by_side
+from step02_paged.sequence import Sequence as Request
 
+from .policy import LongestPrefixMatch
 from .radix_cache import RadixKVCacheManager
 from .radix_tree import RadixTree, TreeNode
 
@@ -113,6 +118,51 @@ def occupancy_map(kv: RadixKVCacheManager) -> str:
     return "".join(cells)
 
 
+def record_field(text: str) -> str:
+    """Text safe in a field of a DOT record label (its braces, bars, angle brackets and quotes escaped)."""
+    return re.sub(r'([{}|<>"\\])', r"\\\1", text)
+
+
+def queue_text(kv: RadixKVCacheManager, waiting: deque[Request], decode: Decode | None = None, width: int = 56) -> str:
+    """The waiting queue, front first: each request's cached prefix (looked up as a policy does) and how its prompt
+    ends."""
+    lines = []
+    for i, seq in enumerate(waiting):
+        cached = kv.get_computed_blocks(seq).num_tokens
+        text = (decode(seq.prompt_ids) if decode else str(seq.prompt_ids)).replace("\n", "⏎")
+        lines.append(f"{i + 1:>3}. seq {seq.seq_id}: {cached:>4} of {seq.num_prompt_tokens:>4} prompt tokens cached  "
+                     f"{text if len(text) <= width else '… ' + text[-width:]}")
+    return "\n".join(lines)
+
+
+def queue_dot(kv: RadixKVCacheManager, waiting: deque[Request], decode: Decode | None = None,
+              name: str = "waiting_queue", title: str = "waiting queue, front first") -> str:
+    """The tree, and beside it the waiting queue, front first: each request says how much of its prompt is cached
+    and points (dashed) at the node where that prefix ends. The requests are looked up as a policy looks them up:
+    a lookup may split an edge and touches the clocks along its path."""
+    matches = [kv.get_computed_blocks(seq) for seq in waiting]  # first: a lookup may split an edge
+    dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.4")
+    draw_tree(dot, kv.tree, decode)
+    fields, pointers = [record_field(title)], []
+    for i, (seq, match) in enumerate(zip(waiting, matches)):
+        rest = seq.prompt_ids[match.num_tokens:]
+        tail = decode(rest) if decode else ", ".join(map(str, rest))
+        fields.append(f"<q{i}> " + record_field(f"{i + 1}. seq {seq.seq_id}: {match.num_tokens} of "
+                                                f"{seq.num_prompt_tokens} cached, computes '{tail}'"))
+        pointers.append(f'"queue":q{i} -> "n{match.node.id}" [style="dashed", color="#1a73e8", arrowsize="0.6"];')
+    label = "|".join(fields)
+    dot.raw(f'"queue" [shape=record, style="filled", fillcolor="#e8f0fe", label="{label}"];')
+    for line in pointers:
+        dot.raw(line)
+    return dot.source()
+
+
+# The queue of `lpm_before` / `lpm_after`: what each request asks, after the tree cached request 0's chat.
+WAITING = ("<s> user What is 3+3 ?", f"{SYSTEM} user What is 5+5 ?",
+           f"{SYSTEM} user What is 2+2 ? It is 4 . user What is 3+3 ?", "<s> system You are a assistant . user "
+           "What is 5+5 ?")
+
+
 def lesson_figures() -> dict[str, str]:
     """A split, before and after, in a 40-slot pool. Request 0 is decoding: its prompt is one edge, locked
     (lock_ref 1). Request 1 shares the system prompt and "user What is": its match ends inside that edge, which
@@ -121,4 +171,20 @@ def lesson_figures() -> dict[str, str]:
     side_by_side(kv, [chat(kv, 0)], steps=2)
     before = cache_dot(kv, words, name="split_before")
     side_by_side(kv, [chat(kv, 1)], steps=1)
-    return {"split_before": before, "split_after": cache_dot(kv, words, name="split_after")}
+    figures = {"split_before": before, "split_after": cache_dot(kv, words, name="split_after")}
+    return figures | lpm_figures()
+
+
+def lpm_figures() -> dict[str, str]:
+    """The waiting queue before and after `lpm` orders it. Request 0's chat is cached (finished); four requests
+    wait, in arrival order: one shares only "<s>", one the system prompt and "user What is", one is request 0's
+    chat continued (a follow-up turn: everything cached but its new question), one leaves the system prompt after
+    "You are a". `lpm` puts them in the order of what they find cached: 16, 11, 5, 1 tokens."""
+    kv = RadixKVCacheManager(num_slots=64)
+    side_by_side(kv, [chat(kv, 0)])
+    params = SamplingParams(max_new_tokens=1)
+    waiting = deque(kv.new_sequence(i, word_ids(text), params) for i, text in enumerate(WAITING, 1))
+    before = queue_dot(kv, waiting, words, name="lpm_before", title="before: arrival order")
+    LongestPrefixMatch().order(waiting, kv, seats=2)
+    return {"lpm_before": before, "lpm_after": queue_dot(kv, waiting, words, name="lpm_after",
+                                                         title="after lpm: longest cached prefix first")}

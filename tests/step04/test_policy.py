@@ -1,8 +1,10 @@
 """Cache-aware scheduling (policy.py): the order it gives, the preempted head it keeps, the fallback to arrival
-order on a long queue, the bound on overtaking, dfs-weight's walk of the tree; and, through the engine, answers
-identical to step01's under every policy on both designs of chapters 3-4, under memory pressure."""
+order on a long queue, the bound on overtaking, dfs-weight's walk of the tree; through the engine, answers
+identical to step01's under every policy on both designs of chapters 3-4, under memory pressure; and the
+pictures of the queue."""
 from __future__ import annotations
 
+import re
 from collections import deque
 
 import pytest
@@ -12,6 +14,7 @@ from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import FCFS, Engine, EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
+from step04_radix.pictures import lpm_figures, queue_text
 from step04_radix.policy import FCFS_ABOVE, DFSWeight, LongestPrefixMatch, make_policy
 from tests.driver import drive_to_end, most_overtaken, shared_prompts, with_reference
 
@@ -178,3 +181,19 @@ def test_policies_by_name_and_bad_options():
             LongestPrefixMatch(max_overtakes=bad)
     with pytest.raises(ValueError, match="fcfs_above"):
         LongestPrefixMatch(fcfs_above=-1)
+
+
+def test_the_queue_is_drawn_before_and_after_lpm():
+    """The lesson's figures: the same four requests, in arrival order and then in lpm's, each pointing at the node
+    where its cached prefix ends (DOT text: no graphviz needed)."""
+    figures = lpm_figures()
+    before, after = figures["lpm_before"], figures["lpm_after"]
+    assert re.findall(r"\d\. seq (\d)", before) == ["1", "2", "3", "4"]
+    assert re.findall(r"\d\. seq (\d)", after) == ["3", "2", "4", "1"]
+    assert re.findall(r"seq \d: (\d+) of", after) == ["16", "11", "5", "1"]
+    for dot in (before, after):
+        targets = re.findall(r'"queue":q\d -> "(n\d+)"', dot)
+        assert len(targets) == 4 and all(f'"{t}" [label=' in dot for t in targets)
+    kv = cached(STEM)
+    waiting = queue(kv, [5], STEM + [9])
+    assert queue_text(kv, waiting).splitlines()[1].startswith("  2. seq 1:   20 of   21 prompt tokens cached")
