@@ -31,6 +31,7 @@ bench: .venv/.installed
 	@for ch in step03 step04 step05; do for w in short long shared_prefix diverge; do \
 	  $(PY) -m course bench $$ch --workload $$w --save --json | tail -1 || exit 1; \
 	done; done
+	$(PY) -m course bench step04 --workload multi_doc --save --json | tail -1
 	$(PY) -m step05_bridge.bench --save | tail -1
 	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --sweep --json --out step06_triton/results/h200.json"
 	$(MAKE) report

@@ -90,7 +90,8 @@ def run_policy(model, prompts: list[list[int]], design: Design, policy, pool_tok
 
 def compare_policies(chapter: str, designs: dict[str, Design], args: argparse.Namespace) -> dict:
     """Every design x every policy (dfs-weight where the manager has a tree) in the tight pool, and fcfs against
-    lpm in the roomy one: one process, the real model, greedy."""
+    lpm in the roomy one: one process, the real model, greedy; `args.repeats` passes, each run's fastest kept (one
+    pass takes about a minute on 2 idle cores)."""
     from course.bench import progress
     from course.pretrained import load_model, load_tokenizer
     from course.workloads import get_workload
@@ -107,13 +108,18 @@ def compare_policies(chapter: str, designs: dict[str, Design], args: argparse.Na
         plan += [(design, label, name, options, "tight") for label, name, options in POLICIES
                  if tree or name != "dfs-weight"]
         plan += [(design, label, name, {}, "roomy") for label, name, _ in POLICIES[:2]]
-    runs = []
-    for design, label, name, options, pool in progress(plan, f"{chapter} {workload.name} policies"):
-        run = run_policy(model, prompts, designs[design], make_policy(name, **options), sizes[pool], new_tokens)
-        runs.append(dict(design=design, policy=label, pool=pool, **run))
-    answers = [r.pop("outputs") for r in runs]
+    passes = max(1, args.repeats)
+    best: dict[int, dict] = {}  # plan index -> its fastest pass (every pass computes the same tokens)
+    answers = []
+    for _ in range(passes):  # round-robin, so a burst of load on the machine hits every run alike
+        for k, (design, label, name, options, pool) in enumerate(progress(plan, f"{chapter} {workload.name}")):
+            run = run_policy(model, prompts, designs[design], make_policy(name, **options), sizes[pool], new_tokens)
+            answers.append(run.pop("outputs"))
+            if k not in best or run["wall_s"] < best[k]["wall_s"]:
+                best[k] = dict(design=design, policy=label, pool=pool, **run)
+    runs = [best[k] for k in range(len(plan))]
     return dict(chapter=chapter, workload=workload.name, requests=len(prompts), prompt_tokens=sum(map(len, prompts)),
-                new_tokens=new_tokens, seats=SEATS, pool_tight_tokens=sizes["tight"],
+                new_tokens=new_tokens, seats=SEATS, passes=passes, pool_tight_tokens=sizes["tight"],
                 pool_roomy_tokens=sizes["roomy"], max_overtakes_bound=BOUND, runs=runs,
                 outputs_identical=all(a == answers[0] for a in answers), order_cost=order_cost())
 
