@@ -321,12 +321,14 @@ _DOC_QUESTIONS = (
      "Can search find words in a photo of a whiteboard?", "Which export formats were added or removed?"),
 )
 
+MULTI_DOC_DOCUMENTS = len(_DOCS)  # request i of `multi_doc` asks about document i % MULTI_DOC_DOCUMENTS
+
 
 def _multi_doc() -> Workload:
     chats = [chat(questions[r], doc) for r in range(3) for doc, questions in zip(_DOCS, _DOC_QUESTIONS)]
-    return Workload("multi_doc", f"{len(_DOCS)} documents (~190 tokens each) x 3 questions, interleaved (document 1, "
-                    "2, 3, 4, 1, 2, ...) and arriving together: in a pool too small for every document, arrival "
-                    "order evicts each document before its next question; a cache-aware order keeps it", chats)
+    return Workload("multi_doc", f"{MULTI_DOC_DOCUMENTS} documents (~190 tokens each) x 3 questions, interleaved "
+                    "(document 1, 2, 3, 4, 1, 2, ...) and arriving together: in a pool too small for every document, "
+                    "arrival order evicts each document before its next question; a cache-aware order keeps it", chats)
 
 
 _BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge,
