@@ -38,7 +38,12 @@ def edge_text(node: TreeNode, decode: Decode | None = None, width: int = 36) -> 
     if decode is None:
         head = ", ".join(map(str, node.key[:6]))
         return f"[{head}{', ...' if len(node.key) > 6 else ''}]"
-    text = decode(node.key).replace("\n", "⏎")
+    return shorten(decode(node.key), width)
+
+
+def shorten(text: str, width: int = 36) -> str:
+    """`text` on one line (newlines shown as ⏎), its middle cut out if it is longer than about `width`."""
+    text = text.replace("\n", "⏎")
     return text if len(text) <= width else text[: width - 14] + " … " + text[-11:]
 
 
@@ -146,7 +151,7 @@ def queue_dot(kv: RadixKVCacheManager, waiting: deque[Request], decode: Decode |
     fields, pointers = [record_field(title)], []
     for i, (seq, match) in enumerate(zip(waiting, matches)):
         rest = seq.prompt_ids[match.num_tokens:]
-        tail = decode(rest) if decode else ", ".join(map(str, rest))
+        tail = shorten(decode(rest) if decode else ", ".join(map(str, rest)), 40)
         fields.append(f"<q{i}> " + record_field(f"{i + 1}. seq {seq.seq_id}: {match.num_tokens} of "
                                                 f"{seq.num_prompt_tokens} cached, computes '{tail}'"))
         pointers.append(f'"queue":q{i} -> "n{match.node.id}" [style="dashed", color="#1a73e8", arrowsize="0.6"];')

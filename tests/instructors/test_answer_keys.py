@@ -244,6 +244,52 @@ def test_step04_q3_what_a_block_boundary_costs():
     says("step04", 3, f"**{20 - _hash_hit(a, b)}** of the 20")
 
 
+def _multi_doc_admissions(policy: str, pool: str) -> tuple[list[str], list[int]]:
+    """Admission order of `multi_doc` as the chapter's policy bench runs it (two seats), on a tiny model (which
+    request runs when depends on token counts only, not on the weights), and how many times each document was
+    computed (by a request that found less than half its prompt cached)."""
+    from course.pretrained import load_tokenizer
+    from course.workloads import MULTI_DOC_DOCUMENTS, get_workload
+    from step04_radix import RadixKVCacheManager
+    from step04_radix.policy import make_policy
+    from step04_radix.policy_bench import pools, run_policy
+    from step04_radix.report import request_label
+
+    prompts = get_workload("multi_doc").prompts(load_tokenizer())
+    model = tiny_model(seed=7, vocab_size=49152, max_position_embeddings=4096, num_layers=1, hidden_size=32,
+                       intermediate_size=32, head_dim=8)
+    kv = RadixKVCacheManager(pools(prompts, 4)[pool])
+    run = run_policy(model, prompts, (lambda *_: kv, 1), make_policy(policy), pools(prompts, 4)[pool], 4)
+    computed = [0] * MULTI_DOC_DOCUMENTS
+    for seq_id, prompt_tokens, hit in kv.stats.recent:
+        computed[seq_id % MULTI_DOC_DOCUMENTS] += hit < prompt_tokens // 2
+    return [request_label(i) for i in run["admission_order"]], computed
+
+
+def test_step04_q7_lpm_on_multi_doc():
+    (fcfs, fcfs_docs), (lpm, lpm_docs) = _multi_doc_admissions("fcfs", "tight"), _multi_doc_admissions("lpm", "tight")
+    assert _multi_doc_admissions("lpm", "roomy")[0] == lpm
+    assert set(fcfs_docs) == {3} and set(lpm_docs) == {1}
+    says("step04", 7, f"**{' '.join(fcfs[:6])}**", f"**{' '.join(lpm[:6])}**", "**three times**", "**once**",
+         f"**{lpm.index('D1') + 1}th**", f"**{fcfs.index('D1') + 1}th**")
+
+
+def test_step04_q8_eight_questions_about_a_new_document():
+    from step02_paged import Engine, EngineConfig
+    from step04_radix import RadixKVCacheManager
+    from step04_radix.policy import LongestPrefixMatch
+
+    document = list(range(100, 160))
+    engine = Engine(tiny_model(seed=1), EngineConfig(num_blocks=4096, block_size=1, max_num_seqs=8,
+                                                     max_num_batched_tokens=1024), RadixKVCacheManager,
+                    policy=LongestPrefixMatch())
+    outs = [engine.add_request(document + [200 + i], SamplingParams(max_new_tokens=2)) for i in range(8)]
+    engine.step()
+    computed = sum(n for _, n in engine.last_scheduled)
+    assert len(engine.last_scheduled) == len(outs) and computed == len(outs) * (len(document) + 1)
+    says("step04", 8, "**Eight times.**")
+
+
 # ---------------------------------------------------------------- chapter 5
 
 
