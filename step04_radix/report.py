@@ -29,9 +29,9 @@ def request_label(i: int) -> str:
     return "ABCDEFGH"[i % MULTI_DOC_DOCUMENTS] + str(i // MULTI_DOC_DOCUMENTS + 1)
 
 
-def policy_runs() -> tuple[dict, dict[tuple[str, str, str], dict]]:
-    """The policy bench's record, and its runs by (design, pool, policy)."""
-    record = need("step04", POLICY_WORKLOAD)
+def policy_runs(chapter: str = "step04") -> tuple[dict, dict[tuple[str, str, str], dict]]:
+    """A chapter's policy bench record, and its runs by (design, pool, policy)."""
+    record = need(chapter, POLICY_WORKLOAD)
     return record, {(r["design"], r["pool"], r["policy"]): r for r in record["figures"]["runs"]}
 
 
@@ -42,9 +42,9 @@ def policy_headline() -> str:
             f"prompt tokens where arrival order computes {fcfs['prefill_tokens']:,}")
 
 
-def plot_policies(record: dict):
-    """Left: prompt tokens computed per design, pool and policy. Right: each request's time to first token on the
-    tree in the tight pool, per policy, requests in arrival order."""
+def plot_policies(record: dict, design: str = "radix"):
+    """Left: prompt tokens computed per design, pool and policy. Right: each request's time to first token on
+    `design` in the tight pool, per policy, requests in arrival order."""
     plt = pyplot()
     f = record["figures"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.9), gridspec_kw={"width_ratios": [1, 1.3]})
@@ -66,7 +66,7 @@ def plot_policies(record: dict):
     left.set(ylabel="prompt tokens computed", title="Work: prompt tokens the model ran", ylim=(0, top * 1.45))
     left.grid(axis="y", alpha=0.3)
     left.legend(fontsize=8, ncol=2, loc="upper center")
-    tight = [r for r in f["runs"] if r["design"] == "radix" and r["pool"] == "tight"]
+    tight = [r for r in f["runs"] if r["design"] == design and r["pool"] == "tight"]
     xs = range(f["requests"])
     for run in tight:
         base = run["policy"].split(",")[0]
@@ -74,16 +74,18 @@ def plot_policies(record: dict):
                    ls="--" if "," in run["policy"] else "-", label=run["policy"])
     right.set_xticks(list(xs), [request_label(i) for i in xs])
     right.set(xlabel="request (document letter, question number), in arrival order", ylabel="time to first token (s)",
-              title="radix, tight pool: who waits")
+              title=f"{design}, tight pool: who waits")
     right.grid(alpha=0.3)
     right.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def policy_block() -> Rendered:
-    """The policies side by side: the table, what it says about starvation and the cost of ordering."""
-    record, runs = policy_runs()
+def policy_block(chapter: str = "step04", design: str = "radix") -> Rendered:
+    """The policies side by side, from `chapter`'s results (the request delayed most is looked for on `design`):
+    the table, what it says about starvation and the cost of ordering. A later chapter that runs the same bench
+    on its own design can show its block with this function."""
+    record, runs = policy_runs(chapter)
     f = record["figures"]
     rows = []
     for (design, pool, label), r in runs.items():
@@ -91,7 +93,7 @@ def policy_block() -> Rendered:
                      f"{r['ttft_mean_s']:.3g} / {r['ttft_p99_s']:.3g}",
                      f"{r['ttft_tokens_mean']:,.0f} / {r['ttft_tokens_p99']:,}", r["most_overtaken"],
                      " ".join(request_label(i) for i in r["admission_order"])])
-    fcfs, lpm = runs[("radix", "tight", "fcfs")], runs[("radix", "tight", "lpm")]
+    fcfs, lpm = runs[(design, "tight", "fcfs")], runs[(design, "tight", "lpm")]
     delayed = max(range(f["requests"]), key=lambda i: lpm["ttft_tokens"][i] - fcfs["ttft_tokens"][i])
     c = f["order_cost"]
     text = (f"\n**Which waiting request first** (`{POLICY_WORKLOAD}`: {f['requests']} requests, {MULTI_DOC_DOCUMENTS} "
@@ -107,15 +109,15 @@ def policy_block() -> Rendered:
              "the most requests that arrived after some request and were admitted before it. Same answers under every "
              f"policy and design: {'yes' if f['outputs_identical'] else '**no**'}. Tokens count work, not steps: a "
              "decode step of two requests costs nearly what a prefill chunk costs here, so seconds and tokens do not "
-             f"move in proportion. The request lpm delays most on the tree in the tight pool is "
-             f"{request_label(delayed)}: {fcfs['ttft_tokens'][delayed]:,} tokens run before its first token under fcfs "
+             f"move in proportion. The request lpm delays most ({design}, tight pool) is {request_label(delayed)}: "
+             f"{fcfs['ttft_tokens'][delayed]:,} tokens run before its first token under fcfs "
              f"({fcfs['ttft_s'][delayed]:.3g} s), {lpm['ttft_tokens'][delayed]:,} under lpm "
              f"({lpm['ttft_s'][delayed]:.3g} s).\n\n"
              f"Ordering costs one lookup per waiting request at every admission step: for prompts of "
              f"{c['prompt_tokens']:,} tokens, a queue of 16 takes {c['lpm_16_us']:,.0f} µs, 128 take "
              f"{c['lpm_128_us']:,.0f} µs, 1,024 take {c['lpm_1024_us']:,.0f} µs; above 128 the queue goes back to "
              f"arrival order without a lookup ({c['fallback_1024_us']:,.0f} µs for 1,024).\n")
-    return text, {"policies.svg": svg(lambda: plot_policies(record))}
+    return text, {"policies.svg": svg(lambda: plot_policies(record, design))}
 
 
 def headline() -> str:
