@@ -270,7 +270,50 @@ def _diverge() -> Workload:
                     chats)
 
 
-_BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge}
+# --- multi_turn: conversations that come back ------------------------------------------------------------------
+
+_ANSWERS = {  # the assistant's earlier turns, scripted so that every run replays the same conversations
+    "assistant": (
+        "Three good choices: The London Eye Mystery by Siobhan Dowd, a clever puzzle about a boy who vanishes from a "
+        "sealed capsule; Holes by Louis Sachar, funny and full of buried clues; and Murder Most Unladylike by Robin "
+        "Stevens, a boarding-school case solved by two friends.",
+        "Treat basil like cut flowers: trim the stems, stand the bunch in a glass of water on the counter, away from "
+        "direct sun, and cover the leaves loosely with a bag. Change the water every two days and keep it out of the "
+        "fridge, where the leaves turn black.",
+    ),
+    "coder": (
+        "```python\ndef chunks(items, size):\n    if size < 1:\n        raise ValueError('size must be positive')\n"
+        "    return [items[i:i + size] for i in range(0, len(items), size)]\n```\nThe last chunk may be shorter; an "
+        "empty list gives an empty result.",
+        "Use the csv module on an open file: it reads one row at a time.\n```python\nimport csv\n\nwith open(path, "
+        "newline='') as f:\n    for row in csv.reader(f):\n        handle(row)\n```\nMemory stays flat however "
+        "large the file is.",
+    ),
+    "analyst": (
+        "Growth = (5,040 - 4,200) / 4,200 = 840 / 4,200 = 0.2, so sales grew by 20.0% from March to April. One "
+        "month is a short window: compare with April of last year before reading a trend into it.",
+        "Margin per cup = 3.50 - 1.10 = 2.40, and 2.40 / 3.50 = 0.686, so the gross margin is 68.6%. Rent, wages "
+        "and waste are not in the 1.10, so the margin left after them will be lower.",
+    ),
+}
+
+
+def _multi_turn() -> Workload:
+    chats = []
+    for turn in range(3):
+        for persona in _PERSONAS:
+            messages = [{"role": "system", "content": _PERSONAS[persona]}]
+            for t in range(turn):
+                messages += [{"role": "user", "content": _SHORT_QUESTIONS[persona][t]},
+                             {"role": "assistant", "content": _ANSWERS[persona][t]}]
+            chats.append(messages + [{"role": "user", "content": _SHORT_QUESTIONS[persona][turn]}])
+    return Workload("multi_turn", "3 conversations (assistant, coder, analyst) x 3 turns, turn by turn: each turn "
+                    "is its conversation so far plus a question, so it finds its earlier turns cached - unless "
+                    "the pool had to evict them in between", chats)
+
+
+_BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge,
+             "multi_turn": _multi_turn}
 WORKLOADS: tuple[str, ...] = tuple(_BUILDERS)
 
 

@@ -97,6 +97,7 @@ class Engine:
         self.model, self.config, self.attention = model, config, attention
         self.cache_manager = manager(config.num_blocks, config.block_size)
         self.pool = KVPool(model.config, config.num_blocks, config.block_size, model.dtype, model.device)
+        self.cache_manager.pool = self.pool
         self.block_table = BlockTable(config.max_num_seqs, cdiv(model.config.max_position_embeddings,
                                                                 config.block_size), model.device)
         self.scheduler = Scheduler(config, self.cache_manager)

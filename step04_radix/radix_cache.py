@@ -160,7 +160,7 @@ class RadixKVCacheManager(CacheManager):
     def evict(self, num: int) -> int:
         """Free at least `num` slots from unlocked leaves, least recently used first (fewer if the tree holds
         fewer unlocked ones). Returns the number freed."""
-        freed = self.tree.evict(num, self.block_manager.release)
+        freed = self.tree.evict(num, lambda leaf: self.block_manager.release(leaf.value))
         self.num_evicted += freed
         return freed
 

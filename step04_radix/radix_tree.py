@@ -241,10 +241,11 @@ class RadixTree:
             raise ValueError(f"{node!r} is not in this tree (evicted, or from another tree)")
 
     # ---- eviction ----------------------------------------------------------------------------------------
-    def evict(self, num: int, free_fn: Callable[[list[int]], object]) -> int:
-        """Drop least recently used unlocked leaves until `num` slots are freed (or none is left).
+    def evict(self, num: int, on_evict: Callable[[TreeNode], object]) -> int:
+        """Drop least recently used unlocked leaves until `num` values are freed (or none is left).
 
-        Whole leaves go, so a little more than asked may be freed. `free_fn(slots)` receives each leaf's slots.
+        Whole leaves go, so a little more than asked may be freed. `on_evict(leaf)` sees each leaf while it is still
+        attached: its values are the caller's to free (or to copy elsewhere first, as chapter 5's host tier does).
         A parent whose last child went, and that nobody locks, is a leaf now and joins the candidates.
         Returns the number of values freed (what `TreeNode.value` lists).
         """
@@ -255,7 +256,7 @@ class RadixTree:
         while freed < num and heap:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
-            free_fn(leaf.value)
+            on_evict(leaf)
             freed += len(leaf.value)
             self._delete_leaf(leaf)
             if parent is not self.root and parent.lock_ref == 0 and not parent.children:

@@ -8,6 +8,8 @@ schedules step N+1 while step N runs (chapter 2's engine, `EngineConfig.overlap`
 """
 from __future__ import annotations
 
+import functools
+
 from step01_kvcache.model import Transformer
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.paged_attention import PagedAttention
@@ -28,9 +30,10 @@ PREFIX_CACHES = {  # the cache manager of each chapter
 
 
 def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_backend: str = "triton",
-                cuda_graphs: bool = False, fuse: bool = False, **config) -> Engine:
+                cuda_graphs: bool = False, fuse: bool = False, host_blocks: int = 0, **config) -> Engine:
     """Chapter 2's engine with chapter `prefix_cache`'s manager, `config` (EngineConfig's fields, `overlap`
-    among them), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU."""
+    among them), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU;
+    `host_blocks` > 0 puts chapter 5's host tier under the bridge."""
     if attention_backend not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {sorted(BACKENDS)}, got {attention_backend!r}")
     if prefix_cache not in PREFIX_CACHES:
@@ -39,8 +42,12 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         raise ValueError("cuda_graphs replays the Triton decode step: use attention_backend='triton'")
     if fuse and not cuda_graphs:
         raise ValueError("fuse applies to the captured decode step: use cuda_graphs=True")
+    if host_blocks and prefix_cache != "bridge":
+        raise ValueError("the host tier is chapter 5's: use prefix_cache='bridge' with host_blocks")
+    manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks) if host_blocks else \
+        PREFIX_CACHES[prefix_cache]
     graphed = CUDAGraphModel(model) if cuda_graphs else None
-    engine = Engine(graphed or model, EngineConfig(**config), PREFIX_CACHES[prefix_cache], BACKENDS[attention_backend])
+    engine = Engine(graphed or model, EngineConfig(**config), manager, BACKENDS[attention_backend])
     if graphed:
         graphed.capture(engine, fuse=fuse)
     return engine
