@@ -49,7 +49,14 @@ from step01_kvcache.request import SamplingParams
 from step02_paged.block_manager import BlockManager
 from step02_paged.cache_manager import CacheManager
 from step02_paged.kv_cache_manager import check_block_tables, check_slot_usage
-from step04_radix.radix_cache import RadixSequence, TreeMatch, allocate_on_tree, check_tree_holders, move_lock
+from step04_radix.radix_cache import (
+    RadixSequence,
+    TreeMatch,
+    allocate_on_tree,
+    check_tree_holders,
+    move_lock,
+    reset_tree,
+)
 from step04_radix.radix_tree import TreeNode
 
 from .block_radix_tree import BlockRadixTree
@@ -205,18 +212,12 @@ class BridgeKVCacheManager(CacheManager):
             del self.holders[seq.seq_id]
 
     def reset_cache(self) -> int:
-        """Drop every cached block (nobody may hold a lock): the tree's references are released. Returns how
-        many blocks the tree held."""
-        if self.holders or self.tree.protected_size:
-            raise RuntimeError(f"cannot reset the prefix cache while {len(self.holders)} requests use it; "
-                               "finish or abort them first")
-        blocks = self.tree.all_blocks()
-        self.block_manager.release(blocks)
-        self.tree.reset()
+        """Drop every cached block, on both tiers (nobody may hold a lock): the trees' references are released.
+        Returns how many device blocks the tree held."""
+        dropped = reset_tree(self, self.tree, self.block_manager)
         if self.host is not None:
-            self.host.block_manager.release(self.host_tree.all_blocks())
-            self.host_tree.reset()
-        return len(blocks)
+            reset_tree(self, self.host_tree, self.host.block_manager)
+        return dropped
 
     # ---- accounting --------------------------------------------------------------------------------------
     @property
