@@ -1,6 +1,7 @@
 """Each kernel against the torch path it replaces (chapter 2's slots, chapter 1's `attention` over the gathered
-K/V): partial last blocks, blocks of 1 and 16, contexts of one token and of many blocks, splits that get no
-keys, GQA groups 1, 3 (SmolLM2), 4 and 8, head_dim 64 and 128, slot -1; fp32 and fp16. On a CPU the kernels
+K/V): partial last blocks, blocks of 1 and 16, contexts of one token and of many blocks, the decode launch
+rule's edge cases (the plan on the device against the host's), GQA groups 1, 3 (SmolLM2), 4 and 8, head_dim
+64 and 128, slot -1; fp32 and fp16. On a CPU the kernels
 run through Triton's interpreter (shapes stay tiny); on a GPU the same tests run compiled."""
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import step06_triton  # noqa: F401 - sets TRITON_INTERPRET on a CPU before any kernel is defined
+import triton
+import triton.language as tl
 from step01_kvcache.attention import attention
-from step06_triton.decode_attention import default_num_splits, paged_decode_attention
+from step06_triton.decode_attention import (default_num_splits, num_kv_splits, paged_decode_attention, split_plan,
+                                            split_plan_host)
 from step06_triton.extend_attention import extend_attention
 from step06_triton.store_kvcache import store_kvcache
 
@@ -114,6 +118,10 @@ def test_store_rejects_mismatched_shapes():
 
 
 # ---- paged decode ------------------------------------------------------------------------------------------
+# The launch rule splits by work: tiny contexts need a tiny target (few programs, short splits) to split at all.
+SPLIT_ALL = dict(min_split_len=16, target_programs=16, block_n=16)
+
+
 @pytest.mark.task("task6.address")
 @pytest.mark.task("task6.online_softmax")
 @pytest.mark.task("task6.merge")
@@ -124,26 +132,80 @@ def test_decode_matches_torch_on_ragged_contexts(block_size, group):
     pool = Pool(lengths, block_size, num_kv_heads=2, head_dim=64, seed=group)
     q = torch.randn(len(lengths), 2 * group, 64, device=DEVICE)
     out = poisoned(q.shape, q.dtype)
-    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits=3, out=out, block_n=16)
+    assert [n for n, _ in split_plan_host(lengths, 2, 8, 16, 16, 16)] == [1, 1, 3, 5]
+    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, 8, out=out, **SPLIT_ALL)
     assert_close(out, reference_decode(pool, q), torch.float32)
+
+
+@triton.jit
+def _plan_kernel(seq_lens_ptr, plan_ptr, batch, max_splits, min_split_len, target_programs, H_KV: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    b = tl.program_id(0)
+    n, split_len = split_plan(seq_lens_ptr, batch, tl.load(seq_lens_ptr + b), max_splits, min_split_len,
+                              target_programs, H_KV, BLOCK_N)
+    tl.store(plan_ptr + 2 * b, n)
+    tl.store(plan_ptr + 2 * b + 1, split_len)
+
+
+@pytest.mark.parametrize("lengths,max_splits,target", [
+    ([1, 300], 16, 8),  # a 1-token sequence beside a long one: one split against many
+    ([20], 8, 64),  # more splits in the grid than tiles in the context: the rule asks only for what has keys
+    ([5, 3, 1], 8, 4),  # every split but the first empty: one program per sequence
+    ([300], 3, 64),  # the grid caps the splits: they grow longer instead
+    ([0, 40], 4, 64),  # an empty context still gets its one split (which writes 0)
+    (list(range(1, 301)), 8, 132),  # more sequences than one 128-wide load: the total is summed in a loop
+])
+def test_device_split_plan_is_the_host_rule(lengths, max_splits, target):
+    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+    plan = torch.full((len(lengths), 2), -1, dtype=torch.int64, device=DEVICE)
+    _plan_kernel[(len(lengths),)](seq_lens, plan, len(lengths), max_splits, 16, target, H_KV=2, BLOCK_N=16)
+    expect = split_plan_host(lengths, 2, max_splits, 16, target, 16)
+    assert [tuple(r) for r in plan.tolist()] == expect
+    for n, (splits, split_len) in zip(lengths, expect):
+        assert 1 <= splits <= max_splits and split_len % 16 == 0
+        assert (splits - 1) * split_len < max(n, 1) <= splits * split_len, "every split has keys; they cover the context"
 
 
 @pytest.mark.task("task6.merge")
-@pytest.mark.parametrize("num_splits", [1, 2, 8])
-def test_decode_splits_that_get_no_keys(num_splits):
-    """Eight splits over a 20-token context: two tiles of 16, so six splits are empty and must weigh nothing."""
-    pool = Pool([20, 3], block_size=4, num_kv_heads=1, head_dim=64, seed=num_splits)
-    q = torch.randn(2, 3, 64, device=DEVICE)
+@pytest.mark.parametrize("lengths,max_splits", [([1, 300], 16), ([20, 3], 8), ([5, 3, 1], 8), ([300], 3)])
+def test_decode_edge_cases_of_the_launch_rule(lengths, max_splits):
+    """A 1-token sequence beside a long one, more splits than tiles, every split empty but one, a capped grid."""
+    pool = Pool(lengths, block_size=4, num_kv_heads=1, head_dim=64, seed=max_splits)
+    q = torch.randn(len(lengths), 3, 64, device=DEVICE)
     out = poisoned(q.shape, q.dtype)
-    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits, out=out, block_n=16)
+    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, max_splits, out=out,
+                           min_split_len=16, target_programs=8, block_n=16)
     assert_close(out, reference_decode(pool, q), torch.float32)
+
+
+def test_decode_of_an_empty_context_is_zero():
+    pool = Pool([1, 9], block_size=4, num_kv_heads=1, head_dim=64)
+    q = torch.randn(2, 1, 64, device=DEVICE)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, torch.tensor([0, 9], device=DEVICE), 4,
+                                 **SPLIT_ALL)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert_close(out[1:], reference_decode(pool, q)[1:], torch.float32)
+
+
+def test_decode_grid_fixed_for_a_longer_context_gives_the_same_answer():
+    """As in a CUDA graph: the grid, block table width and batch are sized for more than this step needs; the
+    lengths change on the device only. int64 block tables too."""
+    pool = Pool([40, 7], block_size=4, num_kv_heads=2, head_dim=64, seed=5)
+    q = torch.randn(2, 6, 64, device=DEVICE)
+    exact = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens,
+                                   num_kv_splits(2, 40, 47, target_programs=16, min_split_len=16), **SPLIT_ALL)
+    wide = torch.zeros(2, 32, dtype=torch.int64, device=DEVICE)
+    wide[:, : pool.block_table.shape[1]] = pool.block_table
+    fixed = paged_decode_attention(q, pool.k, pool.v, wide, pool.seq_lens, **SPLIT_ALL)  # bound from the width
+    assert_close(exact, reference_decode(pool, q), torch.float32)
+    assert torch.equal(exact, fixed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_decode_head_dim_128_and_fp16(dtype):
     pool = Pool([9, 33], block_size=16, num_kv_heads=2, head_dim=128, dtype=dtype, seed=3)
     q = torch.randn(2, 8, 128, device=DEVICE).to(dtype)
-    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits=2, block_n=16)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, 2, **SPLIT_ALL)
     assert out.dtype == dtype
     assert_close(out, reference_decode(pool, q), dtype)
 
@@ -153,7 +215,7 @@ def test_decode_rejects_bad_input():
     with pytest.raises(ValueError, match="grouped"):
         paged_decode_attention(torch.zeros(1, 3, 64, device=DEVICE), pool.k, pool.v, pool.block_table,
                                pool.seq_lens, 1)
-    with pytest.raises(ValueError, match="num_splits"):
+    with pytest.raises(ValueError, match="max_splits"):
         paged_decode_attention(torch.zeros(1, 4, 64, device=DEVICE), pool.k, pool.v, pool.block_table,
                                pool.seq_lens, 0)
     with pytest.raises(ValueError, match="head_dim"):
@@ -161,10 +223,31 @@ def test_decode_rejects_bad_input():
         paged_decode_attention(torch.zeros(1, 2, 24, device=DEVICE), odd, odd, pool.block_table, pool.seq_lens, 1)
 
 
-def test_default_num_splits_fills_the_gpu_without_tiny_splits():
-    assert default_num_splits(64, 8, 4096) == 1  # 512 programs already
-    assert default_num_splits(8, 8, 32768) == 8  # 64 programs: split each context in 8
-    assert default_num_splits(1, 1, 100) == 1  # never a split shorter than two 64-token tiles
+def test_the_split_length_follows_the_batchs_work_not_its_longest_sequence():
+    target = 8 * 132
+    ragged = [8192, 4096, 100, 1] * 16  # what an engine runs: a few long contexts among short ones
+    uniform = [3097] * 64  # about the same total, equal contexts
+    want = -(-sum(ragged) * 8 // target)  # tokens per program if the K/V were cut evenly over `target`
+    plan_r, plan_u = (split_plan_host(x, 8, 64, 64, target) for x in (ragged, uniform))
+    assert plan_r[:4] == [(6, 1408), (3, 1408), (1, 128), (1, 64)]  # long contexts split, short ones stay whole
+    assert set(plan_u) == {(3, 1088)}
+    assert all(length <= want + 64 for _, length in plan_r + plan_u), "no split much longer than the even cut"
+    assert num_kv_splits(8, 8192, sum(ragged), target_programs=target) == 6  # exact: the eager grid
+    assert num_kv_splits(8, 8192, target_programs=target) == 16  # any batch up to 8192: a CUDA graph's grid
+    assert num_kv_splits(8, 10**6) == 64  # capped: the merge holds every split in registers
+    assert default_num_splits(8, 8, 32768) == num_kv_splits(8, 32768)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 20000), min_size=1, max_size=40), st.sampled_from([1, 3, 8]),
+       st.sampled_from([16, 64]), st.integers(1, 2000))
+def test_num_kv_splits_bounds_every_plan(lengths, heads, block_n, target):
+    """The host's grid always has room for the device's plan: exactly, given the total; as a bound without it."""
+    exact = num_kv_splits(heads, max(lengths), sum(lengths), target_programs=target)
+    bound = num_kv_splits(heads, max(lengths), target_programs=target)
+    plan = split_plan_host(lengths, heads, bound, block_n, target)
+    assert max(n for n, _ in plan) <= exact <= bound
+    assert split_plan_host(lengths, heads, exact, block_n, target) == plan
 
 
 # ---- prefill with prefix -----------------------------------------------------------------------------------
@@ -211,7 +294,7 @@ def test_decode_and_extend_on_random_block_tables(case):
     pool = Pool(case["lengths"], case["block_size"], num_kv_heads=1, head_dim=64, seed=case["seed"])
     g = case["group"]
     q = torch.randn(len(case["lengths"]), g, 64, device=DEVICE)
-    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, case["splits"], block_n=16)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, case["splits"], **SPLIT_ALL)
     assert_close(out, reference_decode(pool, q), torch.float32)
     q_lens = case["q_lens"]
     qx = torch.randn(sum(q_lens), g, 64, device=DEVICE)
