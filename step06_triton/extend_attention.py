@@ -11,6 +11,8 @@ Triton unified attention (SGLang's `extend_attention.py` reads the new part from
 Prefill is compute-bound (each K/V tile is reused by BLOCK_M query rows), so this is FlashAttention's
 forward loop: a BLOCK_M x BLOCK_N score tile per iteration, online softmax, no [T, S] matrix in memory.
 Tiles wholly below the diagonal skip the mask; only the last few tiles of each row block pay for it.
+The grid runs the query blocks of one head back to back, last (longest) block first, so the blocks that read
+the same K/V share it in L2 and the short blocks fill in at the end of the launch.
 """
 from __future__ import annotations
 
@@ -35,9 +37,9 @@ def _extend_kernel(
     H_Q: tl.constexpr, H_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
 ):
-    b = tl.program_id(0)
-    m_block = tl.program_id(1)
-    head = tl.program_id(2)
+    m_block = tl.num_programs(0) - 1 - tl.program_id(0)  # the last query blocks see the most keys: start them first
+    head = tl.program_id(1)  # the query heads of one KV head are neighbours: their K/V tiles meet in L2
+    b = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + b)
     q_len = tl.load(query_start_loc_ptr + b + 1) - q_start
     if m_block * BLOCK_M >= q_len:  # the grid is sized for the longest sequence
@@ -81,7 +83,7 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      num_stages: int = 3) -> torch.Tensor:
     """q [T, H_q, D] flat new tokens; query_start_loc [B + 1]; seq_lens [B] (cached + new, new K/V already
     stored); max_query_len: the longest q_len (sizes the grid without reading the GPU). Returns [T, H_q, D].
-    Launch defaults from `bench.py --sweep` on an H200: 64 x 64 tiles, 4 warps, 3 stages."""
+    Launch defaults from `bench.py --part sweep` on an H200."""
     T, Hq, D = q.shape
     _, block_size, Hkv, Dk = k_cache.shape
     B = seq_lens.shape[0]
@@ -99,7 +101,7 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty_like(q) if out is None else out
     if T == 0:
         return out
-    grid = (B, triton.cdiv(max_query_len, block_m), Hq)
+    grid = (triton.cdiv(max_query_len, block_m), Hq, B)
     _extend_kernel[grid](q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                          q.stride(0), out.stride(0), block_table.stride(0), LOG2E / math.sqrt(D),
                          H_Q=Hq, H_KV=Hkv, HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
