@@ -1,21 +1,26 @@
 """Each kernel against the torch path it replaces (chapter 2's slots, chapter 1's `attention` over the gathered
 K/V): partial last blocks, blocks of 1 and 16, contexts of one token and of many blocks, the decode launch
 rule's edge cases (the plan on the device against the host's), GQA groups 1, 3 (SmolLM2), 4 and 8, head_dim
-64 and 128, slot -1; fp32 and fp16. On a CPU the kernels
-run through Triton's interpreter (shapes stay tiny); on a GPU the same tests run compiled."""
+64 and 128, slot -1; fp32 and fp16. On a CPU the kernels run through Triton's interpreter (conftest.py turns it
+on; shapes stay tiny); on a GPU the same tests run compiled."""
 from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import step06_triton  # noqa: F401 - sets TRITON_INTERPRET on a CPU before any kernel is defined
-import triton
-import triton.language as tl
+import step06_triton  # noqa: F401 - the chapter under test (conftest.py has turned the interpreter on)
 from step01_kvcache.attention import attention
-from step06_triton.decode_attention import (default_num_splits, num_kv_splits, paged_decode_attention, split_plan,
-                                            split_plan_host)
+from step06_triton.decode_attention import (
+    default_num_splits,
+    num_kv_splits,
+    paged_decode_attention,
+    split_plan,
+    split_plan_host,
+)
 from step06_triton.extend_attention import extend_attention
 from step06_triton.store_kvcache import store_kvcache
 
@@ -163,7 +168,7 @@ def test_device_split_plan_is_the_host_rule(lengths, max_splits, target):
     assert [tuple(r) for r in plan.tolist()] == expect
     for n, (splits, split_len) in zip(lengths, expect):
         assert 1 <= splits <= max_splits and split_len % 16 == 0
-        assert (splits - 1) * split_len < max(n, 1) <= splits * split_len, "every split has keys; they cover the context"
+        assert (splits - 1) * split_len < max(n, 1) <= splits * split_len, "each split has keys; they cover it all"
 
 
 @pytest.mark.task("task6.merge")
