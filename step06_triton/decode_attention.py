@@ -6,15 +6,17 @@ and three ideas keep the memory system busy:
 
 * **GQA grouping.** One program serves the g query heads that share a KV head: K/V is read once for the
   group, not g times. The g query rows are padded to 16 so they form a matrix for `tl.dot`.
-* **Split-KV (flash-decoding), cut by work.** A launch lasts as long as its longest program. So the batch's
-  K/V is cut into splits of about the same length for every sequence, `split_len = max(min_split_len,
-  total_tokens * H_kv / target_programs)` (about 8 programs per SM): a short sequence is one split, a long one
-  several, and no program walks a long context alone while the others have finished. Each program evaluates
-  this plan itself (`split_plan`) from `seq_lens` on the device, so the host never reads a length: a CUDA graph
-  replays one fixed grid (H_kv, B, max_splits) with new lengths every step, and programs past the end of
-  their sequence return at once. A sequence of one split writes its output directly; the others write partial
-  outputs with their log-sum-exp, merged by a second tiny kernel (stage 1 / stage 2, as in SGLang's
-  `decode_attention.py`, whose `num_kv_splits` is also chosen per request on the device).
+* **Split-KV (flash-decoding), cut by work.** A launch lasts as long as its slowest program. A batch whose
+  contexts are about equal (within 20%) is already a set of equal programs: it is split only when B x H_kv
+  programs cannot fill the GPU (4 per SM), as flash-decoding does. A ragged batch is cut into splits of about
+  the same length for every sequence, `split_len = max(min_split_len, total_tokens * H_kv / (16 * SMs))`: a
+  short context stays one split, a long one becomes several, and no program walks a long context alone while
+  the others have finished. Each program evaluates this plan itself (`split_plan`) from `seq_lens` on the
+  device, so the host never reads a length: a CUDA graph replays one fixed grid (H_kv, B, max_splits) with new
+  lengths every step, and programs past the end of their sequence return at once. A sequence of one split
+  writes its output directly; the others write partial outputs with their log-sum-exp, merged by a second
+  tiny kernel (stage 1 / stage 2, as in SGLang's `decode_attention.py`, whose `num_kv_splits` is also chosen
+  per request on the device).
 * **Online softmax.** Each program walks its split in tiles of BLOCK_N tokens keeping a running max `m`, a
   running denominator `l_i` and an unnormalised accumulator, rescaled when the max grows — one pass over K/V.
 
@@ -32,9 +34,11 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the fast hardware instruction
-PROGRAMS_PER_SM = 8  # the launch rule's target: programs of equal work per SM, so the last one ends soon after the rest
+PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, so the last ends soon after the rest
+FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
 MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
 MAX_SPLITS = 64  # the merge holds every split of a head in registers
+DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `bench.py --part sweep`
 
 
 @triton.jit
@@ -91,20 +95,30 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
 
 
 @triton.jit
-def split_plan(seq_lens_ptr, batch, seq_len, max_splits, min_split_len, target_programs, H_KV: tl.constexpr,
-               BLOCK_N: tl.constexpr):
+def split_plan(seq_lens_ptr, batch, seq_len, max_splits, min_split_len, target_programs, fill_programs,
+               H_KV: tl.constexpr, BLOCK_N: tl.constexpr):
     """The launch rule, on the device: (number of splits, tokens per split) for a sequence of seq_len tokens.
-    Splits target the same length in every sequence (the batch's K/V over target_programs), in whole tiles,
-    at most max_splits (the grid's third axis); the count is recomputed so that no split is empty."""
+    Near-uniform batch: enough splits to fill the GPU (fill_programs in all). Ragged batch: splits of the same
+    length in every sequence, the batch's K/V over target_programs. Never splits under min_split_len tokens nor
+    more than max_splits (the grid's third axis); whole tiles, recounted so that no split is empty."""
     total = tl.full([], 0, tl.int64)
-    for start in range(0, batch, 128):  # the batch's total tokens: B integers, read from L2 by every program
+    longest = tl.full([], 0, tl.int32)
+    shortest = tl.full([], 2**31 - 1, tl.int32)
+    for start in range(0, batch, 128):  # B integers, read from L2 by every program
         offs = start + tl.arange(0, 128)
-        total += tl.sum(tl.load(seq_lens_ptr + offs, mask=offs < batch, other=0).to(tl.int64))
-    split_len = tl.maximum(tl.cdiv(total * H_KV, target_programs), min_split_len)
+        lens = tl.load(seq_lens_ptr + offs, mask=offs < batch, other=0).to(tl.int32)
+        total += tl.sum(lens.to(tl.int64))
+        longest = tl.maximum(longest, tl.max(lens))
+        shortest = tl.minimum(shortest, tl.min(tl.where(offs < batch, lens, 2**31 - 1)))
+    if shortest.to(tl.int64) * 5 >= longest.to(tl.int64) * 4:  # equal programs already: split only to fill the GPU
+        wanted = tl.maximum(fill_programs // (batch * H_KV), 1)
+    else:  # ragged: pieces of about equal length, whatever the sequence
+        split_len = tl.maximum(tl.cdiv(total * H_KV, target_programs), min_split_len)
+        wanted = tl.cdiv(seq_len, split_len).to(tl.int32)
+    wanted = tl.maximum(tl.minimum(tl.minimum(wanted, max_splits), tl.cdiv(seq_len, min_split_len)), 1)
     tiles = tl.maximum(tl.cdiv(seq_len, BLOCK_N), 1)
-    wanted = tl.maximum(tl.minimum(tl.cdiv(seq_len, split_len), max_splits), 1)
     tiles_per_split = tl.cdiv(tiles, wanted)
-    return tl.cdiv(tiles, tiles_per_split).to(tl.int32), (tiles_per_split * BLOCK_N).to(tl.int32)
+    return tl.cdiv(tiles, tiles_per_split), tiles_per_split * BLOCK_N
 
 
 @triton.jit
@@ -118,7 +132,7 @@ def _decode_split_kernel(
     mid_lse_ptr,  # [B, H_q, max_splits] fp32 log2-sum-exp2 of each split's scores
     num_splits_ptr,  # [B] int32: splits each sequence got, for the merge
     stride_q_b, stride_o_b, stride_bt_b,
-    batch, max_splits, min_split_len, target_programs, sm_scale_log2,
+    batch, max_splits, min_split_len, target_programs, fill_programs, sm_scale_log2,
     H_KV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
 ):
@@ -127,7 +141,7 @@ def _decode_split_kernel(
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)  # int32 positions keep the tile loop in 32-bit arithmetic
     num_splits, split_len = split_plan(seq_lens_ptr, batch, seq_len, max_splits, min_split_len, target_programs,
-                                       H_KV, BLOCK_N)
+                                       fill_programs, H_KV, BLOCK_N)
     if split >= num_splits:  # the grid is sized for the longest context it may see
         return
     start = split * split_len
@@ -195,41 +209,31 @@ def _sm_count(device: torch.device) -> int:
     return 132  # an H200's: under the interpreter the rule splits as it would on the GPU the course measures
 
 
-def default_target_programs(device: torch.device | str | None = None) -> int:
-    """PROGRAMS_PER_SM programs per SM of `device` (the current CUDA device, or an H200's 132 SMs on a CPU)."""
-    if device is None:
-        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
-    return PROGRAMS_PER_SM * _sm_count(torch.device(device))
-
-
-def num_kv_splits(num_kv_heads: int, max_seq_len: int, total_tokens: int | None = None, *,
-                  target_programs: int | None = None, min_split_len: int = MIN_SPLIT_LEN) -> int:
-    """The grid's split axis: the most splits `split_plan` can give a sequence of a batch whose longest context
-    is `max_seq_len` tokens and whose contexts sum to `total_tokens`. Host integers only, no GPU read. Eager,
-    pass both (exact: no idle programs). For a CUDA graph, captured once for any batch up to a context of
-    `max_seq_len`, leave out `total_tokens`: the bound then holds for every batch (the smallest total is one
-    sequence alone) and each program finds its own split on the device at replay."""
-    target = target_programs or default_target_programs()
-    total = max_seq_len if total_tokens is None else total_tokens
-    split_len = max(-(-total * num_kv_heads // target), min_split_len)
-    return max(1, min(-(-max_seq_len // split_len), MAX_SPLITS))
+def num_kv_splits(max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
+    """The grid's split axis: the most splits `split_plan` gives any sequence of at most `max_seq_len` tokens.
+    A host integer from a host integer, no GPU read: in eager mode the batch's longest context, for a CUDA
+    graph the longest context it will replay (the programs past a shorter context's splits return at once)."""
+    return max(1, min(-(-max_seq_len // min_split_len), MAX_SPLITS))
 
 
 def default_num_splits(batch: int, num_kv_heads: int, max_seq_len: int) -> int:
-    """`num_kv_splits` without the total, for callers that know the batch's shape only (the batch size does
-    not change the bound: the split length depends on the tokens, not on the number of sequences)."""
-    return num_kv_splits(num_kv_heads, max_seq_len)
+    """`num_kv_splits` under the first version's signature (its callers pass the batch's shape; the bound
+    depends on the longest context only)."""
+    return num_kv_splits(max_seq_len)
 
 
 def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, block_n: int = 64,
-                    target_programs: int | None = None, min_split_len: int = MIN_SPLIT_LEN) -> list[tuple[int, int]]:
-    """`split_plan` in Python, for the lesson, the figure and the tests: (splits, tokens per split) per sequence."""
-    target = target_programs or default_target_programs()
-    split_len = max(-(-sum(seq_lens) * num_kv_heads // target), min_split_len)
+                    num_sms: int = 132, min_split_len: int = MIN_SPLIT_LEN) -> list[tuple[int, int]]:
+    """`split_plan` in Python, for the lesson and the tests: (splits, tokens per split) per sequence."""
+    batch, total = len(seq_lens), sum(seq_lens)
     plan = []
     for n in seq_lens:
+        if min(seq_lens) * 5 >= max(seq_lens) * 4:
+            wanted = max(FILL_PER_SM * num_sms // (batch * num_kv_heads), 1)
+        else:
+            wanted = -(-n // max(-(-total * num_kv_heads // (PROGRAMS_PER_SM * num_sms)), min_split_len))
+        wanted = max(min(wanted, max_splits, -(-n // min_split_len)), 1)
         tiles = max(-(-n // block_n), 1)
-        wanted = max(min(-(-n // split_len), max_splits), 1)
         per = -(-tiles // wanted)
         plan.append((-(-tiles // per), per * block_n))
     return plan
@@ -237,17 +241,17 @@ def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, blo
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                            seq_lens: torch.Tensor, max_splits: int | None = None, out: torch.Tensor | None = None, *,
-                           target_programs: int | None = None, min_split_len: int = MIN_SPLIT_LEN, block_n: int = 64,
-                           num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+                           num_sms: int | None = None, min_split_len: int = MIN_SPLIT_LEN, block_n: int | None = None,
+                           num_warps: int | None = None, num_stages: int = 3) -> torch.Tensor:
     """q [B, H_q, D] (the one new token of each sequence); k_cache/v_cache one layer of the pool
     [num_blocks, block_size, H_kv, D]; block_table [B, max_blocks] (int32 or int64); seq_lens [B] >= 1,
     counting the new token, whose K/V must already be stored. Returns [B, H_q, D].
 
-    `max_splits` is the grid's split axis, a host integer (`num_kv_splits`); by default the bound for the
-    block table's width, which any batch it can hold respects. The lengths are read on the device only, so
-    the launch can be captured in a CUDA graph and replayed with other `seq_lens`. `target_programs` (default
-    PROGRAMS_PER_SM per SM) and `min_split_len` set the rule; the tile and warp defaults are the best of
-    `bench.py --part sweep` on an H200."""
+    `max_splits` is the grid's split axis, a host integer: `num_kv_splits(longest context)`, by default the
+    bound for the block table's width. The lengths are read on the device only, so the launch can be captured
+    in a CUDA graph and replayed with other `seq_lens`. `num_sms` (default: the device's) and `min_split_len`
+    set the rule; the tile and warp defaults (`DECODE_TILE`) are the best of `bench.py --part sweep` on an
+    H200."""
     B, Hq, D = q.shape
     _, block_size, Hkv, Dk = k_cache.shape
     if Dk != D or v_cache.shape != k_cache.shape:
@@ -260,10 +264,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"block_table {tuple(block_table.shape)} / seq_lens {tuple(seq_lens.shape)} vs batch {B}")
     if q.stride(-1) != 1 or q.stride(-2) != D or block_table.stride(-1) != 1:
         raise ValueError("q must be [B, H_q, D] with contiguous heads; block_table rows contiguous")
-    target = target_programs or default_target_programs(q.device)
     if max_splits is None:
-        max_splits = num_kv_splits(Hkv, block_table.shape[1] * block_size, target_programs=target,
-                                   min_split_len=min_split_len)
+        max_splits = num_kv_splits(block_table.shape[1] * block_size, min_split_len)
     if not 1 <= max_splits <= MAX_SPLITS:
         raise ValueError(f"max_splits must be in 1..{MAX_SPLITS}, got {max_splits}")
     out = torch.empty_like(q) if out is None else out
@@ -271,17 +273,19 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"out must be [B, H_q, D] like q with contiguous heads, got {tuple(out.shape)}")
     if B == 0:
         return out
+    sms = num_sms or _sm_count(q.device)
+    tile_n, warps = DECODE_TILE.get(D, (64, 4))
     group = Hq // Hkv
     mid_o = torch.empty(B, Hq, max_splits, D, dtype=torch.float32, device=q.device)  # untouched with one split
     mid_lse = torch.empty(B, Hq, max_splits, dtype=torch.float32, device=q.device)
     num_splits = torch.empty(B, dtype=torch.int32, device=q.device)
     _decode_split_kernel[(Hkv, B, max_splits)](
         q, k_cache, v_cache, block_table, seq_lens, out, mid_o, mid_lse, num_splits,
-        q.stride(0), out.stride(0), block_table.stride(0), B, max_splits, min_split_len, target,
-        LOG2E / math.sqrt(D),
+        q.stride(0), out.stride(0), block_table.stride(0), B, max_splits, min_split_len, PROGRAMS_PER_SM * sms,
+        FILL_PER_SM * sms, LOG2E / math.sqrt(D),
         H_KV=Hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=D,
-        BLOCK_SIZE=block_size, BLOCK_N=block_n, IEEE=q.dtype == torch.float32,
-        num_warps=num_warps, num_stages=num_stages)
+        BLOCK_SIZE=block_size, BLOCK_N=block_n or tile_n, IEEE=q.dtype == torch.float32,
+        num_warps=num_warps or warps, num_stages=num_stages)
     if max_splits > 1:  # with one split every sequence was written by the first kernel
         _merge_splits_kernel[(Hq, B)](mid_o, mid_lse, num_splits, out, out.stride(0), max_splits,
                                       H_Q=Hq, HEAD_DIM=D, SPLITS_PAD=max(2, triton.next_power_of_2(max_splits)))
