@@ -9,7 +9,7 @@ Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-
   (256, 1024), (8, 32768) with the 32/8 heads (plus the course's torch path), and the batch an engine runs:
   64 contexts drawn uniformly from 1..8192, both head shapes, blocks scattered over a pool twice the size
   needed. Blocks of 16 and of 1. Ragged rows also time our kernel on the grid a CUDA graph captures (sized
-  for any batch up to 8192 tokens) and under the first version's launch rule (one split count for all);
+  for any batch up to 32k tokens) and under the first version's launch rule (one split count for all);
 * prefill with a cached prefix: (B 4, prefix 4096, new 2048), and a ragged batch (8 sequences, cached
   prefixes 0..8192, 16..1024 new tokens each) — TFLOP/s against FlexAttention (and SDPA where it applies);
 * store_kvcache: GB/s.
@@ -17,8 +17,9 @@ Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-
 `--part ncu` runs the prefill kernel and FlexAttention's once each, for Nsight Compute.
 Engine (see `e2e.py`): chapter 5's engine on the SmolLM2-135M architecture with random weights.
 
-Every timing is the median of `triton.testing.do_bench` (CUDA events, warm-up first, L2 flushed); every kernel
-is checked against an fp32 reference on fresh random data before it is timed. Needs a CUDA GPU. With `--out`,
+Every timing is the median of `triton.testing.do_bench` over replays of a CUDA graph of the call (CUDA events,
+warm-up first, L2 flushed before each replay); every kernel is checked against an fp32 reference on fresh
+random data before it is timed. Needs a CUDA GPU. With `--out`,
 a part run alone replaces that part of an existing file and keeps the others.
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ import torch.nn.functional as F
 
 from step01_kvcache.attention import attention
 
-from .decode_attention import num_kv_splits, paged_decode_attention
+from .decode_attention import DECODE_TILE, num_kv_splits, paged_decode_attention, split_plan_host
 from .extend_attention import extend_attention
 from .store_kvcache import store_kvcache
 
@@ -56,8 +57,22 @@ DEVICE = "cuda"
 
 
 def median_ms(fn: Callable[[], object]) -> float:
+    """Median time of one call of `fn` replayed from a CUDA graph, as an engine replays its decode steps (the
+    host's launch overhead out of the measurement, which matters for launches of tens of microseconds), with the
+    L2 cache flushed before every replay; plain launches if `fn` cannot be captured."""
     import triton.testing
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    fn()  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    ms = float(triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median"))
+    del graph
+    return ms
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -168,7 +183,10 @@ def flex_paged_decode(k: torch.Tensor, v: torch.Tensor, table: torch.Tensor, len
     mask = BlockMask.from_kv_blocks(partial.view(B, 1, 1), part_idx, full.view(B, 1, 1), full_idx,
                                     BLOCK_SIZE=(128, block_size), seq_lengths=(1, num_slots), mask_mod=in_sequence)
     flex = torch.compile(flex_attention, dynamic=False)
-    return lambda q: flex(q.view(B, hq, 1, d), kp, vp, block_mask=mask, enable_gqa=True).view(B, hq, d)
+    # its default KV tile may be longer than a block (head_dim 64): then tiles of one block
+    options = None if d >= 128 else dict(BLOCK_N=block_size)
+    return lambda q: flex(q.view(B, hq, 1, d), kp, vp, block_mask=mask, enable_gqa=True,
+                          kernel_options=options).view(B, hq, d)
 
 
 def guarded(fn: Callable[[], dict]) -> dict:
@@ -202,17 +220,20 @@ def bench_decode(heads: str, lengths: list[int], block_size: int, spare: float =
     ref = F.scaled_dot_product_attention(q.float().unsqueeze(2), gk.float().transpose(1, 2),
                                          gv.float().transpose(1, 2), attn_mask=mask, enable_gqa=True).squeeze(2)
     del gk, gv
-    splits = num_kv_splits(hkv, max(lengths), sum(lengths))  # the eager launch: host integers only
+    splits = num_kv_splits(max(lengths))  # the eager launch: the longest context, a host integer
     ours = lambda: paged_decode_attention(q, k, v, table, seq_lens, splits)  # noqa: E731
+    plan = [n for n, _ in split_plan_host(lengths, hkv, splits, DECODE_TILE.get(d, (64, 4))[0],
+                                          torch.cuda.get_device_properties(0).multi_processor_count)]
     row = dict(heads=heads, hq=hq, hkv=hkv, d=d, batch=batch, context=max(lengths), ragged=ragged,
-               total_tokens=sum(lengths), block_size=block_size, max_splits=splits, bytes=nbytes,
+               total_tokens=sum(lengths), block_size=block_size, max_splits=splits,
+               splits_per_sequence=[min(plan), max(plan)], programs=sum(plan) * hkv, bytes=nbytes,
                triton_rel_err=checked(ours(), ref, f"decode {heads} {batch}x{max(lengths)}"))
     row["triton_tb_s"] = tb_s(median_ms(ours))
     if ragged:  # the same kernel on a CUDA graph's grid, and under the first version's rule
-        graph_grid = num_kv_splits(hkv, RAGGED["max_context"])
+        graph_grid = num_kv_splits(32768)  # captured for contexts up to 32k tokens
         first = first_version_splits(batch, hkv, max(lengths))
-        variants = dict(graph_grid=dict(max_splits=graph_grid),
-                        first_rule=dict(max_splits=first, target_programs=2**30, min_split_len=1))
+        variants = dict(graph_grid=dict(max_splits=graph_grid),  # as many equal splits as the first rule:
+                        first_rule=dict(max_splits=first, num_sms=2**26, min_split_len=1))  # split_len 1, capped
         for name, kw in variants.items():
             run = functools.partial(paged_decode_attention, q, k, v, table, seq_lens, **kw)
             checked(run(), ref, f"decode {heads} {name}")
@@ -386,44 +407,43 @@ def goals(res: dict) -> list[dict]:
 
 
 def sweep() -> dict:
-    """The launch rule's target (programs per SM) and the tile configurations, on the decode rows the goals
-    name and the prefill shape; the defaults in the kernels' wrappers come from here."""
+    """The launch configurations the kernels' defaults come from: decode tiles (BLOCK_N, warps) and the ragged
+    rule's programs per SM, on the ragged batch and the uniform 64 x 4096, both head shapes; prefill tiles on
+    the uniform and the ragged prefill."""
     from . import decode_attention as da
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rag = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
-    first = "{}x{}".format(*UNIFORM_SHAPES[0])
-    batches = [(heads, "ragged", rag) for heads in HEADS] + [(LLAMA, f"{b}x{c}", [c] * b) for b, c in UNIFORM_SHAPES]
-    batches.append((SMOLLM2, first, [UNIFORM_SHAPES[0][1]] * UNIFORM_SHAPES[0][0]))
-    tiles = [(64, 4, 3), (64, 4, 4), (128, 4, 3), (128, 8, 3), (128, 4, 4), (256, 8, 3), (32, 4, 3)]
+    b0, c0 = UNIFORM_SHAPES[0]
     out: dict = dict(decode=[], prefill=[])
-    for heads, name, lengths in batches:
-        hq, hkv, d = HEADS[heads]
-        k, v, table = paged_pool(lengths, 16, hkv, d, 2.0 if name == "ragged" else 1.0)
-        q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
-        seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
-        nbytes = 2 * sum(lengths) * hkv * d * 2 + 2 * q.nbytes
-        runs = [dict(per_sm=p, block_n=64, warps=4, stages=3) for p in (2, 4, 8, 16, 32)]
-        if name in ("ragged", first):
-            runs += [dict(per_sm=da.PROGRAMS_PER_SM, block_n=n, warps=w, stages=s) for n, w, s in tiles]
-        for r in runs:
-            target = r["per_sm"] * sms
-            splits = num_kv_splits(hkv, max(lengths), sum(lengths), target_programs=target)
-            run = functools.partial(paged_decode_attention, q, k, v, table, seq_lens, splits, target_programs=target,
-                                    block_n=r["block_n"], num_warps=r["warps"], num_stages=r["stages"])
-            row = dict(heads=heads, batch=name, block_size=16, max_splits=splits, **r)
-            try:
-                row["tb_s"] = round(nbytes / median_ms(run) / 1e9, 3)
-            except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory for this tile
-                row["error"] = str(exc)[:120]
-            out["decode"].append(row)
-            print("sweep", json.dumps(row), flush=True)
-        del k, v
-        torch.cuda.empty_cache()
+    for heads in HEADS:
+        for name, lengths, spare in (("ragged", rag, 2.0), (f"{b0}x{c0}", [c0] * b0, 1.0)):
+            hq, hkv, d = HEADS[heads]
+            k, v, table = paged_pool(lengths, 16, hkv, d, spare)
+            q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
+            seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+            nbytes = 2 * sum(lengths) * hkv * d * 2 + 2 * q.nbytes
+            runs = [dict(per_sm=da.PROGRAMS_PER_SM, block_n=n, warps=w) for n, w in ((64, 4), (128, 4), (128, 8),
+                                                                                      (32, 4), (64, 8))]
+            if name == "ragged":
+                runs += [dict(per_sm=p, block_n=None, warps=None) for p in (4, 8, 32)]
+            for r in runs:
+                run = functools.partial(paged_decode_attention, q, k, v, table, seq_lens, num_kv_splits(max(lengths)),
+                                        num_sms=sms * r["per_sm"] // da.PROGRAMS_PER_SM, block_n=r["block_n"],
+                                        num_warps=r["warps"])
+                row = dict(heads=heads, batch=name, block_size=16, **r)
+                try:
+                    row["tb_s"] = round(nbytes / median_ms(run) / 1e9, 3)
+                except Exception as exc:  # noqa: BLE001 - e.g. out of shared memory for this tile
+                    row["error"] = str(exc)[:120]
+                out["decode"].append(row)
+                print("sweep", json.dumps(row), flush=True)
+            del k, v
+            torch.cuda.empty_cache()
     for prefixes, news in ([[PREFILL_SHAPE[1]] * PREFILL_SHAPE[0], [PREFILL_SHAPE[2]] * PREFILL_SHAPE[0]],
                            ragged_prefill_shape()):
         x = extend_inputs(prefixes, news)
-        for bm, bn, warps, stages in ((64, 64, 4, 3), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3),
-                                      (128, 128, 8, 2), (128, 32, 4, 4), (64, 128, 4, 3)):
+        for bm, bn, warps, stages in ((128, 128, 8, 2), (128, 128, 8, 3), (128, 64, 8, 2), (128, 64, 4, 3),
+                                      (64, 64, 4, 3), (64, 64, 4, 2), (64, 128, 4, 2)):
             row = dict(batch=len(news), prefix=max(prefixes), new=max(news), block_m=bm, block_n=bn, warps=warps,
                        stages=stages)
             try:
@@ -439,8 +459,9 @@ def sweep() -> dict:
 
 
 def run_kernels() -> dict:
-    res: dict = dict(ceilings=ceilings(), ragged=RAGGED, ragged_prefill_shape=RAGGED_PREFILL, decode=[],
-                     prefill=None, ragged_prefill=None, store=None)
+    res: dict = dict(timing="median of CUDA-graph replays, L2 flushed before each (triton.testing.do_bench)",
+                     ceilings=ceilings(), ragged=RAGGED, ragged_prefill_shape=RAGGED_PREFILL, decode=[], prefill=None,
+                     ragged_prefill=None, store=None)
     rows = [(LLAMA, [context] * batch, 1.0) for batch, context in UNIFORM_SHAPES]
     rag = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
     rows += [(heads, rag, 2.0) for heads in HEADS]

@@ -24,6 +24,12 @@ import triton.language as tl
 
 from .decode_attention import LOG2E, attend_tile
 
+# (BLOCK_M, BLOCK_N, num_warps, num_stages), the best of `bench.py --part sweep` on an H200. 128-row tiles reuse
+# each K/V tile for twice the rows, but a chunk's last tile is half empty on average: they pay for long chunks.
+LONG_CHUNK_TILE = (128, 128, 8, 2)
+SHORT_CHUNK_TILE = (64, 64, 4, 3)
+LONG_CHUNK = 1024  # average new tokens per sequence from which LONG_CHUNK_TILE is used
+
 
 @triton.jit
 def _extend_kernel(
@@ -79,11 +85,11 @@ def _extend_kernel(
 
 def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
-                     out: torch.Tensor | None = None, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
-                     num_stages: int = 3) -> torch.Tensor:
+                     out: torch.Tensor | None = None, block_m: int | None = None, block_n: int | None = None,
+                     num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """q [T, H_q, D] flat new tokens; query_start_loc [B + 1]; seq_lens [B] (cached + new, new K/V already
     stored); max_query_len: the longest q_len (sizes the grid without reading the GPU). Returns [T, H_q, D].
-    Launch defaults from `bench.py --part sweep` on an H200."""
+    The tile defaults depend on the average chunk, T / B: shapes only, no GPU read."""
     T, Hq, D = q.shape
     _, block_size, Hkv, Dk = k_cache.shape
     B = seq_lens.shape[0]
@@ -101,6 +107,9 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty_like(q) if out is None else out
     if T == 0:
         return out
+    tile = LONG_CHUNK_TILE if T >= LONG_CHUNK * B else SHORT_CHUNK_TILE
+    block_m, block_n, num_warps, num_stages = (given or default for given, default in
+                                               zip((block_m, block_n, num_warps, num_stages), tile))
     grid = (triton.cdiv(max_query_len, block_m), Hq, B)
     _extend_kernel[grid](q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                          q.stride(0), out.stride(0), block_table.stride(0), LOG2E / math.sqrt(D),
