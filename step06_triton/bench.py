@@ -484,8 +484,16 @@ def run_kernels() -> dict:
 
 
 def run_once_for_ncu() -> None:
-    """The prefill shape once through our kernel and once through FlexAttention (after a warm-up each), so
-    `ncu --kernel-name regex:'_extend_kernel|flex'` profiles both on the same inputs."""
+    """For Nsight Compute (`ncu --kernel-name regex:'decode|merge|extend|flex'`): the ragged decode of each head
+    shape once, then the prefill shape once through our kernel and once through FlexAttention, each after a
+    warm-up call."""
+    rag = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
+    for heads in HEADS:
+        hq, hkv, d = HEADS[heads]
+        k, v, table = paged_pool(rag, 16, hkv, d, 2.0)
+        q = torch.randn(len(rag), hq, d, dtype=torch.bfloat16, device=DEVICE)
+        seq_lens = torch.tensor(rag, dtype=torch.int32, device=DEVICE)
+        paged_decode_attention(q, k, v, table, seq_lens, num_kv_splits(max(rag)))
     batch, prefix, new = PREFILL_SHAPE
     x = extend_inputs([prefix] * batch, [new] * batch)
     extend_attention(x["q"], x["k"], x["v"], x["table"], x["qsl"], x["seq_lens"], new)

@@ -28,7 +28,7 @@ def test_bf16_decode_and_extend_at_llama_shapes(block_size):
     pool = Pool(lengths, block_size, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16, seed=block_size)
     q = torch.randn(4, 32, 128, device="cuda", dtype=torch.bfloat16)
     out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens,
-                                 num_kv_splits(8, max(lengths), sum(lengths)))
+                                 num_kv_splits(max(lengths)))
     assert rel_err(out, reference_decode(pool, q)) < 1e-2
     q_lens = [1, 100, 1000, 49]
     qx = torch.randn(sum(q_lens), 32, 128, device="cuda", dtype=torch.bfloat16)
@@ -47,7 +47,7 @@ def test_decode_graph_replays_ragged_batches_with_a_fixed_grid(heads, kv_heads, 
     seq_lens = torch.full((8,), 4096, dtype=torch.int32, device="cuda")
     out = torch.empty_like(q)
     run = lambda: paged_decode_attention(q, pool.k, pool.v, pool.block_table, seq_lens,  # noqa: E731
-                                         num_kv_splits(kv_heads, 4096), out=out)
+                                         num_kv_splits(4096), out=out)
     run()  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
