@@ -313,6 +313,10 @@ def _h200() -> dict:
     return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200.json").read_text())
 
 
+def _h200_sweep() -> dict:
+    return json.loads((hw.REPO_ROOT / "step06_triton" / "results" / "h200_sweep.json").read_text())["sweep"]
+
+
 def test_step06_q1_intensity_and_ridge():
     from course.tiny import SMOLLM2_135M
 
@@ -322,17 +326,33 @@ def test_step06_q1_intensity_and_ridge():
     says("step06", 1, f"**{g} FLOP/byte**", "**1 FLOP/byte**", f"**{ridge:.0f} FLOP/byte**")
 
 
-def test_step06_q2_splits_on_a_long_context():
-    from step06_triton.decode_attention import default_num_splits
+def test_step06_q2_splitting_a_ragged_batch():
+    from step06_triton.bench import RAGGED, ragged_lengths
+    from step06_triton.decode_attention import MIN_SPLIT_LEN, split_plan_host
 
     res = _h200()["kernels"]
-    splits = default_num_splits(8, 8, 32768)
-    sweep = {r["splits"]: r["tb_s"] for r in res["sweep"]["decode"]
-             if (r["block_size"], r["block_n"], r["warps"], r["stages"]) == (16, 64, 4, 3)}
-    row = next(r for r in res["decode"] if (r["batch"], r["context"], r["block_size"]) == (8, 32768, 16))
-    says("step06", 2, f"**{8 * 8} programs**", f"**{splits}** splits", f"**{8 * 32 * 64 * 128 * 4:,} bytes**",
-         f"**{row['triton_tb_s']} TB/s**", f"**{row['flex_paged']['tb_s']} TB/s**",
-         f"**{sweep[1]} / {sweep[2]} / {sweep[4]} TB/s**")
+    row = next(r for r in res["decode"] if r["ragged"] and r["heads"] == "32/8x128" and r["block_size"] == 16)
+    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
+    assert sum(lengths) == row["total_tokens"], "the bench's ragged batch is not the JSON's"
+    target = 8 * 132
+    split_len = max(MIN_SPLIT_LEN, -(-sum(lengths) * 8 // target))
+    plan = split_plan_host(lengths, 8, row["max_splits"], 64, target)
+    longest = plan[lengths.index(max(lengths))][0]
+    sweep: dict[int, float] = {}
+    for r in _h200_sweep()["decode"]:
+        if (r["heads"], r["batch"], r["block_n"], r["warps"], r["stages"]) == ("32/8x128", "64x4096", 64, 4, 3):
+            sweep.setdefault(r["max_splits"], r["tb_s"])
+    says("step06", 2, f"**{sum(lengths):,} tokens**", f"**{split_len} tokens**", f"**{longest} splits**",
+         f"**{sum(n for n, _ in plan) * 8:,} programs**", f"**{64 * 8} programs**",
+         f"**{row['triton_first_rule_tb_s']} TB/s**", f"**{row['triton_tb_s']} TB/s**",
+         f"**{sweep[1]} / {sweep[2]} / {sweep[3]} TB/s**")
+
+
+def test_step06_q6_an_empty_context():
+    from step06_triton.decode_attention import split_plan_host
+
+    assert split_plan_host([0, 100], 1, 4) == [(1, 64), (1, 128)]
+    says("step06", 6, "**one split**", "**zeros**")
 
 
 def test_step06_q4_contiguous_bytes_per_head_and_block():

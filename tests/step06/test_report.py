@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import pytest
 
+from course import report as course_report
 from step06_triton import pictures, report
 from tests.driver import demo_answer_matches_step01
 
@@ -15,12 +16,14 @@ def test_readme_results_are_the_reports_output():
     readme = report.README.read_text()
     assert report.readme_block(readme) == report.tables(report.load()), \
         "README.md's results block is stale: run `python -m step06_triton.report --write`"
+    assert course_report.readme_block(readme, *report.RULE) == report.split_rule(report.load()), \
+        "README.md's launch-rule numbers (Theory) are stale: run `python -m step06_triton.report --write`"
 
 
 def test_every_goal_is_stated_with_its_measurement():
     res = report.load()
     goals = res["kernels"]["goals"] + [res["engine"]["goal"]]
-    assert len(goals) == 6 and all(g["measured"] is not None for g in goals)
+    assert len(goals) == 10 and all(g["measured"] is not None for g in goals)
     assert res["engine"]["identity_fp32"]["all_identical"], "fp32 tokens differ between backends on the GPU"
 
 
