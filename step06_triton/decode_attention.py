@@ -216,12 +216,6 @@ def num_kv_splits(max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
     return max(1, min(-(-max_seq_len // min_split_len), MAX_SPLITS))
 
 
-def default_num_splits(batch: int, num_kv_heads: int, max_seq_len: int) -> int:
-    """`num_kv_splits` under the first version's signature (its callers pass the batch's shape; the bound
-    depends on the longest context only)."""
-    return num_kv_splits(max_seq_len)
-
-
 def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, block_n: int = 64,
                     num_sms: int = 132, min_split_len: int = MIN_SPLIT_LEN) -> list[tuple[int, int]]:
     """`split_plan` in Python, for the lesson and the tests: (splits, tokens per split) per sequence."""

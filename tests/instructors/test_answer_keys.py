@@ -314,7 +314,7 @@ def _h200() -> dict:
 
 
 def _h200_sweep() -> dict:
-    return json.loads((hw.REPO_ROOT / "step06_triton" / "results" / "h200_sweep.json").read_text())["sweep"]
+    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_sweep.json").read_text())["sweep"]
 
 
 def test_step06_q1_intensity_and_ridge():

@@ -12,13 +12,11 @@ import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import step06_triton  # noqa: F401 - the chapter under test (conftest.py has turned the interpreter on)
 from step01_kvcache.attention import attention
 from step06_triton.decode_attention import (
     FILL_PER_SM,
     MAX_SPLITS,
     PROGRAMS_PER_SM,
-    default_num_splits,
     num_kv_splits,
     paged_decode_attention,
     split_plan,
@@ -245,7 +243,6 @@ def test_a_ragged_batch_is_cut_by_work_a_uniform_one_only_to_fill_the_gpu():
     assert set(split_plan_host([1000, 1100, 1200] * 4, 8, 64, 64)) == {(2, 512), (3, 384), (3, 448)}
     assert num_kv_splits(8192) == 16 and num_kv_splits(100) == 1  # the grid: enough for the longest context
     assert num_kv_splits(10**6) == 64  # capped: the merge holds every split in registers
-    assert default_num_splits(8, 8, 32768) == num_kv_splits(32768)
 
 
 @settings(max_examples=200, deadline=None)
