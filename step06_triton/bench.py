@@ -1,5 +1,5 @@
-"""`python -m step06_triton.bench [--part kernels|sweep|engine|all|ncu] [--json] [--out FILE]`: the chapter's kernels
-and engine on a GPU, against what a user would pick instead, side by side in one run.
+"""`python -m step06_triton.bench [--part kernels|sweep|all|ncu] [--json] [--out FILE]`: the chapter's kernels on a
+GPU, against what a user would pick instead, side by side in one run.
 
 Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-3-8B layer) and 9 / 3 of 64
 (SmolLM2-135M, the course's model):
@@ -15,7 +15,7 @@ Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-
 * store_kvcache: GB/s.
 `--part sweep` times the launch rule's target and the tile configurations the kernels' defaults come from;
 `--part ncu` runs the prefill kernel and FlexAttention's once each, for Nsight Compute.
-Engine (see `e2e.py`): chapter 5's engine on the SmolLM2-135M architecture with random weights.
+The engine end to end is `e2e.py`'s (`python -m step06_triton.e2e`, its own JSON).
 
 Every timing is the median of `triton.testing.do_bench` over replays of a CUDA graph of the call (CUDA events,
 warm-up first, L2 flushed before each replay); every kernel is checked against an fp32 reference on fresh
@@ -509,7 +509,7 @@ def run_once_for_ncu() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["kernels", "sweep", "engine", "all", "ncu"], default="all")
+    ap.add_argument("--part", choices=["kernels", "sweep", "all", "ncu"], default="all")
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     ap.add_argument("--out", type=Path, help="also write the JSON to this file (e.g. results/h200.json)")
     args = ap.parse_args(argv)
@@ -529,10 +529,6 @@ def main(argv: list[str] | None = None) -> int:
         result["sweep"] = dict(command=command, machine=machine(), **sweep())
     if args.part in ("kernels", "all"):
         result["kernels"] = dict(command=command, machine=machine(), **run_kernels())
-    if args.part in ("engine", "all"):
-        from .e2e import run_engine_bench
-        result["machine"] = machine()  # the engine's run; the kernels' has its own
-        result["engine"] = run_engine_bench()
     text = json.dumps(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
