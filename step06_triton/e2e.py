@@ -381,9 +381,33 @@ def identity_fp32() -> dict:
     params = SamplingParams(max_new_tokens=32)
     tokens["triton_graphs_fused_one_by_one"] = [one_by_one.generate([p], params)[0].output_ids for p in prompts]
     same = {k: sum(a == b for a, b in zip(v, tokens["torch"])) for k, v in tokens.items()}
+    tier = host_tier_identity(model)
     torch.backends.cuda.matmul.allow_tf32 = True
-    return dict(requests=len(prompts), new_tokens=32, identical_requests_vs_torch=same,
-                all_identical=all(v == len(prompts) for v in same.values()))
+    return dict(requests=len(prompts), new_tokens=32, identical_requests_vs_torch=same, host_tier=tier,
+                all_identical=all(v == len(prompts) for v in same.values()) and tier["all_identical"])
+
+
+def host_tier_identity(model: Transformer, conversations: int = 4, turns: int = 3) -> dict:
+    """Multi-turn requests one by one with the host tier off and on (a device pool for one conversation): the
+    tokens of prefixes brought back from host memory give the answers of recomputed ones."""
+    g = torch.Generator().manual_seed(11)
+    history = [torch.randint(3, model.config.vocab_size, (300,), generator=g).tolist() for _ in range(conversations)]
+    requests = []
+    for _ in range(turns):
+        for c in range(conversations):
+            history[c] += torch.randint(3, model.config.vocab_size, (40,), generator=g).tolist()
+            requests.append(list(history[c]))
+    params = SamplingParams(max_new_tokens=16)
+    outs = {}
+    for host in (0, 256):
+        engine = make_engine(model, "bridge", "triton", cuda_graphs=True, num_blocks=32, block_size=16,
+                             max_num_seqs=2, host_blocks=host)
+        outs[host] = [engine.generate([r], params)[0] for r in requests]
+        engine.check_invariants()
+        loaded = engine.cache_manager.host.blocks_loaded if host else 0
+    same = sum(a.output_ids == b.output_ids for a, b in zip(outs[0], outs[256]))
+    return dict(requests=len(requests), identical=same, all_identical=same == len(requests), blocks_loaded=loaded,
+                cached_tokens_on=sum(o.num_cached_tokens for o in outs[256]))
 
 
 def goals(res: dict) -> list[dict]:
@@ -421,13 +445,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", nargs="+", default=["random", "shared_system", "long", "host_tier"],
                     choices=["random", "shared_system", "long", "host_tier"], help="on SmolLM2's shape; the 1B "
                     "shape runs `random`")
+    ap.add_argument("--parts", nargs="+", help="only these parts: identity, MODEL:WORKLOAD (e.g. llama_3_2_1b:random);"
+                    " with --out, an existing file keeps the other parts")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("step06_triton.e2e needs a CUDA GPU", file=sys.stderr)
         return 2
     t_start = time.perf_counter()
-    result: dict = dict(chapter="step06", command="python -m step06_triton.e2e " + " ".join(argv or sys.argv[1:]),
-                        machine=machine())
+    command = "python -m step06_triton.e2e " + " ".join(argv or sys.argv[1:])
+    keep = json.loads(args.out.read_text()) if args.parts and args.out and args.out.is_file() else {}
+    result: dict = {**keep, "chapter": "step06", "machine": machine()}
+    result.setdefault("commands", []).append(command)
 
     def section(key: tuple[str, ...], fn: Callable[[], dict]) -> None:
         """Run one part and write the JSON so far: a part that fails is reported, and the others still run."""
@@ -447,9 +475,12 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(json.dumps(result, indent=1) + "\n")
         torch.cuda.empty_cache()
 
-    section(("identity_fp32",), identity_fp32)
+    if not args.parts or "identity" in args.parts:
+        section(("identity_fp32",), identity_fp32)
     plan = [("smollm2_135m", wl) for wl in args.workloads] + \
         ([] if args.quick else [("llama_3_2_1b", wl) for wl in args.workloads if wl == "random"])
+    if args.parts:
+        plan = [(m, wl) for m, wl in plan if f"{m}:{wl}" in args.parts]
     models = {}
     for name, wl in plan:  # the 1B shape runs `random`, the workload its goal is set on
         if name not in models:
