@@ -1,7 +1,9 @@
-"""`python -m step06_triton.report [--write]`: the chapter's tables and roofline plot, from results/h200.json.
+"""`python -m step06_triton.report [--write]`: the chapter's tables and plots, from results/h200.json (kernels) and
+results/h200_engine.json (the engine, engine_report.py).
 
 Runs on a CPU: it only reads the JSON that `python -m step06_triton.bench --part kernels --out
-step06_triton/results/h200.json` wrote on the GPU. Prints the markdown that README.md shows between its
+step06_triton/results/h200.json` and `python -m step06_triton.e2e --out step06_triton/results/h200_engine.json`
+wrote on the GPU. Prints the markdown that README.md shows between its
 `results` markers; `--write` also puts it there, with the launch rule's before / after between the `split-rule`
 markers of the Theory, and redraws results/roofline.svg.
 """
@@ -13,6 +15,8 @@ import sys
 from pathlib import Path
 
 from course import report as course_report
+
+from . import engine_report
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
@@ -85,39 +89,6 @@ def tables(res: dict) -> str:
     lines += ["", f"**store_kvcache** ({s_['tokens']} tokens into random slots): Triton **{s_['triton_gb_s']} GB/s**, "
               f"torch index_put {s_['torch_index_put_gb_s']} GB/s.", "", "| goal | measured | |", "|---|---|---|"]
     lines += [f"| {g['goal']} | {g['measured']} | {_met(g)} |" for g in k["goals"]]
-    if "engine" in res:
-        e = res["engine"]
-        w = e["workload"]
-        lines += ["", f"**End to end**: chapter 5's engine on SmolLM2-135M's architecture (random weights), "
-                  f"{w['requests']} concurrent requests, {w['prompt_tokens']} prompt tokens in all, "
-                  f"{w['new_tokens']} new tokens each, {w['dtype']}; the contenders alternate over three rounds, "
-                  "each reported by its median round:", "",
-                  "| | tokens/s | every round | TTFT (s) |", "|---|---|---|---|"]
-        names = {"engine_torch": "engine, torch attention (chapter 2's path)",
-                 "engine_triton": "engine, Triton kernels",
-                 "engine_triton_graphs": "engine, Triton + CUDA-graph decode",
-                 "engine_triton_graphs_fused": "engine, Triton + CUDA graphs + fused RMSNorm/SwiGLU",
-                 "hf_dynamic": "Hugging Face generate, batched, SDPA, dynamic cache",
-                 "hf_static": "Hugging Face generate, batched, SDPA, static cache"}
-        for key, label in names.items():
-            r = e.get(key, {})
-            ttft = r.get("ttft_mean_s", r.get("ttft_batch_s", "—"))
-            rounds = ", ".join(map(str, r.get("tokens_per_s_rounds", [])))
-            lines.append(f"| {label} | {r.get('tokens_per_s', r.get('error', '—'))} | {rounds} | {ttft} |")
-        ident = e["identity_fp32"]
-        g, t, fused = e["goal"], e["where_time_goes"], e["engine_triton_graphs_fused"]
-        fused_ms = fused["wall_s"] / fused["steps"] * 1e3
-        lines += ["", f"Token identity in fp32 ({ident['requests']} requests x {ident['new_tokens']} tokens): "
-                  f"{ident['identical_requests_vs_torch']} of {ident['requests']} requests identical to the torch "
-                  "backend.", "", f"| {g['goal']} | {g['measured']} vs {g['hf_static']} "
-                  f"({g['measured'] / g['hf_static']:.2f}x) | {_met(g)} |", "|---|---|---|",
-                  "", f"Where the time goes (fused graphs): {fused_ms:.2f} ms per engine step on average "
-                  f"({fused['wall_s']} s / {fused['steps']} steps, prefill steps included), of which a replayed "
-                  f"decode step of batch {w['requests']} keeps the GPU busy {t['gpu_ms_per_decode_step']} ms; prefill "
-                  "steps and Python take the rest. Python per step by part, under cProfile (which inflates it; "
-                  "compare the parts): "
-                  + ", ".join(f"`{k_}` {v} ms" for k_, v in t["cumulative_ms_per_step"].items()
-                              if v and k_ != "engine.py:step") + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -206,19 +177,27 @@ def split_rule(res: dict) -> str:
 
 def headline() -> str:
     """The chapter's line in the root README's results table."""
-    g = load()
+    g, e = load(), engine_report.load()
     dec = next(r for r in g["kernels"]["decode"] if (r["batch"], r["context"], r["block_size"]) == (64, 4096, 16))
-    goal = g["engine"]["goal"]
-    return (f"{g['machine']['gpu']}: paged decode 64 x 4096, bf16, {dec['triton_tb_s']} TB/s against a "
-            f"{g['kernels']['ceilings']['copy_tb_s']} TB/s copy; the engine {goal['measured']} tokens/s against HF "
-            f"static-cache `generate` {goal['hf_static']} ({'met' if goal['met'] else 'goal missed'})")
+    rag = next(r for r in g["kernels"]["decode"] if r["ragged"] and r["block_size"] == 16)
+    rand = e["smollm2_135m"]["random"]
+    return (f"{g['machine']['gpu']}: paged decode 64 x 4096, bf16, {dec['triton_tb_s']} TB/s (ragged batch "
+            f"{rag['triton_tb_s']}) against a {g['kernels']['ceilings']['copy_tb_s']} TB/s copy; the overlapped engine "
+            f"{rand['engine_overlap']['tokens_per_s']} tokens/s, {rand['engine_overlap']['ratio_vs_hf_static']}x HF "
+            "static-cache `generate` (SmolLM2's shape)")
+
+
+def block(res: dict, engine: dict) -> str:
+    """The README's results block: the kernels' tables, then the engine's."""
+    return tables(res) + "\n" + engine_report.tables(engine) + "\n"
 
 
 @course_report.register("step06", headline, BEGIN)
 def render() -> course_report.Rendered:
-    """The README's block and its roofline plot, for `python -m course report`."""
-    res = load()
-    return tables(res), {"roofline.svg": lambda path: plot(res, path)}
+    """The README's block, its roofline plot and the engine's timeline, for `python -m course report`."""
+    res, engine = load(), engine_report.load()
+    return block(res, engine), {"roofline.svg": lambda path: plot(res, path),
+                                "timeline.svg": lambda path: engine_report.plot_timeline(engine, path)}
 
 
 def readme_block(readme: str) -> str:
@@ -229,13 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="update README.md's results block and the plot")
     args = ap.parse_args(argv)
-    res = load()
-    text = tables(res)
+    res, engine = load(), engine_report.load()
+    text = block(res, engine)
     print(text)
     if args.write:
         course_report.write_block(README, text, BEGIN, END)
         course_report.write_block(README, split_rule(res), *RULE)
         plot(res)
+        engine_report.plot_timeline(engine, RESULTS / "timeline.svg")
     return 0
 
 
