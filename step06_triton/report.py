@@ -163,16 +163,17 @@ def split_rule(res: dict) -> str:
     (l_name, lm), (s_name, sm) = rag.items()
     main = next(r for r in k["decode"] if (r["ragged"], r["batch"], r["context"], r["block_size"]) ==
                 (False, 64, 4096, 16))
+    lo, hi = main["splits_per_sequence"]
     return (f"Measured on the {k['machine']['gpu']} (tables under *Measured here*), on the ragged batch: the first "
             f"version's rule ({lm['first_rule_splits']} and {sm['first_rule_splits']} splits per sequence) moves "
             f"{lm['triton_first_rule_tb_s']} TB/s with {l_name} heads and {sm['triton_first_rule_tb_s']} with "
-            f"{s_name}; cutting by work moves **{lm['triton_tb_s']}** and **{sm['triton_tb_s']}** TB/s, where a copy "
-            f"of the same bytes moves {lm['copy_tb_s']} and {sm['copy_tb_s']}. On the grid a CUDA graph would capture "
-            f"for contexts up to {k['ragged']['max_context']} tokens ({lm['graph_grid_splits']} split programs per "
-            f"sequence and KV head, the unused ones returning at once) it moves {lm['triton_graph_grid_tb_s']} and "
-            f"{sm['triton_graph_grid_tb_s']}. On the uniform 64 x 4096 batch the rule makes {main['max_splits']} "
-            f"splits per sequence and the kernel moves {main['triton_tb_s']} TB/s, where the first version, with one, "
-            f"moved {main['first_version_tb_s']}.\n")
+            f"{s_name}; cutting by work ({lm['splits_per_sequence'][0]} to {lm['splits_per_sequence'][1]} splits per "
+            f"sequence) moves **{lm['triton_tb_s']}** and **{sm['triton_tb_s']}** TB/s, where a copy of the same bytes "
+            f"moves {lm['copy_tb_s']} and {sm['copy_tb_s']}. On the grid a CUDA graph would capture for contexts up "
+            f"to 32k tokens ({lm['graph_grid_splits']} split programs per sequence and KV head, the unused ones "
+            f"returning at once) it moves {lm['triton_graph_grid_tb_s']} and {sm['triton_graph_grid_tb_s']}. The "
+            f"uniform 64 x 4096 batch is near-uniform: {lo if lo == hi else f'{lo} to {hi}'} split per sequence, "
+            f"{main['triton_tb_s']} TB/s, where the first version moved {main['first_version_tb_s']}.\n")
 
 
 def headline() -> str:

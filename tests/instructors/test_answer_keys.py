@@ -328,24 +328,25 @@ def test_step06_q1_intensity_and_ridge():
 
 def test_step06_q2_splitting_a_ragged_batch():
     from step06_triton.bench import RAGGED, ragged_lengths
-    from step06_triton.decode_attention import MIN_SPLIT_LEN, split_plan_host
+    from step06_triton.decode_attention import MIN_SPLIT_LEN, PROGRAMS_PER_SM, split_plan_host
 
     res = _h200()["kernels"]
     row = next(r for r in res["decode"] if r["ragged"] and r["heads"] == "32/8x128" and r["block_size"] == 16)
+    uniform = next(r for r in res["decode"]
+                   if not r["ragged"] and (r["batch"], r["context"], r["block_size"]) == (64, 4096, 16))
     lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
     assert sum(lengths) == row["total_tokens"], "the bench's ragged batch is not the JSON's"
-    target = 8 * 132
-    split_len = max(MIN_SPLIT_LEN, -(-sum(lengths) * 8 // target))
-    plan = split_plan_host(lengths, 8, row["max_splits"], 64, target)
-    longest = plan[lengths.index(max(lengths))][0]
-    sweep: dict[int, float] = {}
-    for r in _h200_sweep()["decode"]:
-        if (r["heads"], r["batch"], r["block_n"], r["warps"], r["stages"]) == ("32/8x128", "64x4096", 64, 4, 3):
-            sweep.setdefault(r["max_splits"], r["tb_s"])
-    says("step06", 2, f"**{sum(lengths):,} tokens**", f"**{split_len} tokens**", f"**{longest} splits**",
-         f"**{sum(n for n, _ in plan) * 8:,} programs**", f"**{64 * 8} programs**",
-         f"**{row['triton_first_rule_tb_s']} TB/s**", f"**{row['triton_tb_s']} TB/s**",
-         f"**{sweep[1]} / {sweep[2]} / {sweep[3]} TB/s**")
+    split_len = max(MIN_SPLIT_LEN, -(-sum(lengths) * 8 // (PROGRAMS_PER_SM * 132)))
+    plan = split_plan_host(lengths, 8, row["max_splits"], 64)
+    assert sum(n for n, _ in plan) * 8 == row["programs"], "the Python rule and the JSON disagree"
+    sweep = {r["per_sm"]: r["tb_s"] for r in _h200_sweep()["decode"] if r["heads"] == "32/8x128"
+             and r["batch"] == "ragged" and r["block_n"] in (None, 64) and r["warps"] in (None, 4)}
+    assert set(split_plan_host([4096] * 64, 8, uniform["max_splits"], 64)) == {(1, 4096)}
+    says("step06", 2, f"**{sum(lengths):,} tokens**", f"**{split_len} tokens**",
+         f"**{plan[lengths.index(max(lengths))][0]} splits**", f"**{row['programs']:,} programs**",
+         f"**{64 * 8} programs**", f"**{row['triton_first_rule_tb_s']} TB/s**", f"**{row['triton_tb_s']} TB/s**",
+         f"**{sweep[4]} / {sweep[8]} / {sweep[16]} / {sweep[32]} TB/s**", "**one split**",
+         f"**{uniform['triton_tb_s']} TB/s**")
 
 
 def test_step06_q6_an_empty_context():
@@ -359,9 +360,26 @@ def test_step06_q4_contiguous_bytes_per_head_and_block():
     says("step06", 4, f"**{16 * 128 * 2:,} bytes**")
 
 
-def test_step06_q7_the_step_without_python():
-    e = _h200()["engine"]
-    fused, gpu = e["engine_triton_graphs_fused"], e["where_time_goes"]["gpu_ms_per_decode_step"]
-    bound = 64 / gpu * 1e3
-    says("step06", 7, f"**{fused['wall_s'] / fused['steps'] * 1e3:.2f} ms per step**", f"**{gpu} ms**",
-         f"**{bound:,.0f} tokens/s**", f"**{bound / fused['tokens_per_s']:.1f}x**")
+def _h200_engine() -> dict:
+    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_engine.json").read_text())
+
+
+def test_step06_q7_the_two_loops_from_their_parts():
+    e = _h200_engine()
+    d, big = e["smollm2_135m"]["random"]["decode"], e["llama_3_2_1b"]["random"]["decode"]
+    step, gpu = d["sync"]["host_ms_per_step"], d["sync"]["gpu_ms_per_step"]
+    host = step - gpu
+    per_kernel = d["gpu_us_per_step"] / d["kernels_per_step"]
+    says("step06", 7, f"**{step} ms**", f"**{gpu} ms**", f"**{host:.2f} ms**",
+         f"**{max(host, d['overlap']['gpu_ms_per_step']):.2f} ms**",
+         f"**{d['overlap']['decode_wall_ms'] / d['overlap']['decode_steps']:.2f} ms**", f"{d['floor_us']} µs",
+         f"{big['gpu_us_per_step']} µs", f"**{per_kernel:.1f} µs**", f"**{d['floor_us'] / per_kernel:.0f} kernels**")
+
+
+def test_step06_q9_the_warm_requests_floor():
+    e = _h200_engine()
+    d, long = e["smollm2_135m"]["random"]["decode"], e["smollm2_135m"]["long"]
+    per_kernel = d["gpu_us_per_step"] / d["kernels_per_step"]
+    says("step06", 9, f"**{long['warm_forward_gpu_us']} µs**",
+         f"**{d['kernels_per_step'] * per_kernel / 1e3:.1f} ms**",
+         f"**{long['cache_on']['cold_ms'] / long['token_bound']:.2f} ms**")
