@@ -2,9 +2,11 @@
 same requests, and their reuse as the block size shrinks (results/designs.json, measured without the model)."""
 from __future__ import annotations
 
+from course import results
 from course.report import (
     COLORS,
     Rendered,
+    fmt,
     need,
     plot_hit_rates,
     prefix_cache_block,
@@ -40,6 +42,34 @@ def plot_block_sizes(rec: dict):
     return fig
 
 
+def tier_block(rec: dict, gpu: dict | None) -> str:
+    """The host tier off and on (results/multi_turn.json), and the same experiment on the H200 from chapter 6's
+    engine results when they are there: what a load saves is a prefill, so both rates are printed side by side."""
+    f = rec["figures"]
+    text = ("\n**The host tier** (`multi_turn`: " f"{f['requests']} turns of 3 conversations, one request at a time; a "
+            f"device pool of {f['device_blocks']} blocks, which holds one conversation, and a host pool of "
+            f"{f['host_blocks']}). " + provenance([rec]) + "\n\n")
+    rows = [["prompt tokens computed", f["prompt_tokens_computed_off"], f["prompt_tokens_computed_on"]],
+            ["hit rate", fmt(f["hit_rate_tier_off"]), fmt(f["hit_rate"])],
+            ["TTFT of the later turns, mean (s)", f["ttft_off_s"], f["ttft_on_s"]],
+            ["TTFT of the later turns, p99 (s)", f["ttft_off_p99_s"], f["ttft_on_p99_s"]],
+            ["blocks saved / loaded back", "0 / 0", f"{f['blocks_saved']} / {f['blocks_loaded']}"],
+            ["same tokens as the tier off", "", fmt(f["outputs_identical"])]]
+    text += "\n".join(table(["", "tier off", "tier on"], rows)) + "\n\n"
+    text += (f"Speed-up of the later turns {f['speedup_warm']}x. On this machine a token's K/V "
+             f"({f['copy_bytes_per_token']:,} bytes) is copied at {f['copy_tokens_s']:,} tokens/s and computed at "
+             f"{f['prefill_tokens_s']:,} tokens/s (the first turns' prefills).")
+    tier = (gpu or {}).get("smollm2_135m", {}).get("host_tier")
+    if tier and "error" not in tier:
+        off, on, r = tier["tier_off"], tier["tier_on"], tier["rates"]
+        text += (f" On the H200 (chapter 6's `step06_triton/results/h200_engine.json`, {tier['requests']} turns of "
+                 f"16 conversations): TTFT {off['ttft_mean_ms']} → {on['ttft_mean_ms']} ms "
+                 f"({tier['ttft_speedup']}x), prompt tokens computed {off['prompt_tokens_computed']:,} → "
+                 f"{on['prompt_tokens_computed']:,}; loads at {r['load_tokens_s']:,} tokens/s "
+                 f"({r['h2d_gb_s']} GB/s) against a prefill of {r['prefill_tokens_s']:,} tokens/s.")
+    return text + "\n"
+
+
 def headline() -> str:
     long5 = need("step05", "long")["figures"]
     dl = {r["workload"]: r for r in need("step05", "designs")["figures"]["designs"]}["long"]
@@ -64,6 +94,9 @@ def render() -> Rendered:
     text += "\n".join(table(["design"] + [f"`{r['workload']}` cached / µs" for r in rows],
                             [[n] + [f"{r[n]['cached_tokens']} / {r[n]['bookkeeping_us']}" for r in rows]
                              for n in names])) + "\n"
+    tier = results.load("step05", "multi_turn")
+    if tier is not None:
+        text += tier_block(tier, results.load("step06", "h200_engine"))
     plots["hit_rate.svg"] = svg(lambda: plot_hit_rates(by))
     plots["block_size.svg"] = svg(lambda: plot_block_sizes(d))
     return text, plots

@@ -306,6 +306,17 @@ def test_step05_q8_the_textbook_split_repaired():
          f"all **{len(repeat) * 16}** tokens instead of {len(reused) * 16}", f"**{20 - len(reused) * 16}** of the 20")
 
 
+def test_step05_q9_loading_or_recomputing():
+    rates = json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_engine.json").read_text())
+    rates = rates["smollm2_135m"]["host_tier"]["rates"]
+    matmul = _h200()["kernels"]["ceilings"]["matmul_tflop_s"]
+    load = rates["h2d_gb_s"] * 1e9 / rates["kv_bytes_per_token"]
+    assert abs(load - rates["load_tokens_s"]) / load < 0.01
+    need = load * 2 * 1.35e8 / 1e12
+    says("step05", 9, f"**{load:,.0f} tokens/s**", f"**{need:.0f} TFLOP/s**", f"**{need / matmul:.0%}**",
+         f"{rates['prefill_tokens_s']:,} tokens/s", f"**{load / rates['prefill_tokens_s']:.0f}x**", f"{matmul} TFLOP/s")
+
+
 # ---------------------------------------------------------------- chapter 6
 
 
