@@ -411,7 +411,8 @@ def host_tier_identity(model: Transformer, conversations: int = 4, turns: int = 
 
 
 def goals(res: dict) -> list[dict]:
-    """The issue's goals, met or missed, from whatever parts ran (a part that failed has no number)."""
+    """The chapter's targets (JSON key `goals`), met or missed, from whatever parts ran (a part that failed has
+    no number)."""
     res = {m: {wl: r for wl, r in by.items() if "error" not in r} for m, by in res.items()}
     rows = []
     for (model, wl), target in GOALS.items():
@@ -482,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parts:
         plan = [(m, wl) for m, wl in plan if f"{m}:{wl}" in args.parts]
     models = {}
-    for name, wl in plan:  # the 1B shape runs `random`, the workload its goal is set on
+    for name, wl in plan:  # the 1B shape runs `random`, the workload its target is set on
         if name not in models:
             models.clear()
             torch.cuda.empty_cache()

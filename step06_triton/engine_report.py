@@ -1,6 +1,6 @@
 """The engine's half of chapter 6's measured results, from results/h200_engine.json (`python -m step06_triton.e2e`):
 throughput against Hugging Face `generate`, where a decode step's time goes, the write-up's time-to-first-token
-benchmark, chapter 5's host tier on the GPU, the goals met or missed, and the timeline of host and GPU per step.
+benchmark, chapter 5's host tier on the GPU, the targets met or missed, and the timeline of host and GPU per step.
 report.py puts it under the kernels' tables; nothing here measures."""
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def tables(e: dict) -> str:
              "into the same file). Random weights in each model's shape, bf16, 64 concurrent requests, 128 new "
              "tokens each, greedy; chapter 5's engine (the bridge) on the Triton kernels with fused CUDA-graph steps; "
              "Hugging Face batched, left-padded, SDPA; contenders interleaved over three rounds.", "",
-             "| goal | measured | |", "|---|---|---|"]
+             "| target | measured | |", "|---|---|---|"]
     lines += [f"| {g['goal']} | {g['measured']} | {_met(g)} |" for g in e["goals"]]
     lines += ["", f"Token identity, fp32 ({ident['requests']} requests x {ident['new_tokens']} tokens, against the "
               "torch path): " + ", ".join(f"{k} {v}/{ident['requests']}"

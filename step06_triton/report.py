@@ -87,7 +87,7 @@ def tables(res: dict) -> str:
                      f"{p['flex'].get('tflop_s', p['flex'].get('error'))} | {sdpa} |")
     s_ = k["store"]
     lines += ["", f"**store_kvcache** ({s_['tokens']} tokens into random slots): Triton **{s_['triton_gb_s']} GB/s**, "
-              f"torch index_put {s_['torch_index_put_gb_s']} GB/s.", "", "| goal | measured | |", "|---|---|---|"]
+              f"torch index_put {s_['torch_index_put_gb_s']} GB/s.", "", "| target | measured | |", "|---|---|---|"]
     lines += [f"| {g['goal']} | {g['measured']} | {_met(g)} |" for g in k["goals"]]
     return "\n".join(lines) + "\n"
 
