@@ -6,7 +6,8 @@ exists to expose one behaviour of a KV cache:
 
 - `short`: 3 personas x 3 rounds of ~144-token requests; reuse comes only from a persona's system prompt in
   rounds 2 and 3 (ideal token-level hit rate here 55.9%; the Pico-vLLM write-up reported 62.8% with its own texts).
-- `long`: one ~2083-token reference text + 8 short questions; warm TTFT is bounded by total/new tokens.
+- `long`: one 2,074-token reference text (2,082 shared tokens with the template) + 8 short questions; warm
+  TTFT is bounded by total/new tokens.
 - `shared_prefix`: 10 requests sharing a long prefix, run twice; round 2 must hit everything.
 - `batch`: 8 ragged, unrelated requests (~20 to ~300 tokens) for continuous batching and memory waste.
 - `diverge`: 4 requests sharing exactly 16*4 + 7 = 71 tokens: a token radix tree reuses all 71, a cache
@@ -148,8 +149,9 @@ _LONG_QUESTIONS = (
 def _long() -> Workload:
     manual = (TEXTS / "long_reference.txt").read_text(encoding="utf-8").strip()
     chats = [chat(q, manual) for q in _LONG_QUESTIONS]
-    return Workload("long", "one ~2083-token reference manual as the system prompt + 8 questions of 28-48 "
-                    "new tokens; warm TTFT is bounded by total/new tokens", chats)
+    return Workload("long", "a 2,074-token reference manual as the system prompt (2,082 tokens shared "
+                    "with the chat template, the size of the Pico-vLLM write-up's 2,083) + 8 questions of 28-48 new "
+                    "tokens; warm TTFT is bounded by total/new tokens", chats)
 
 
 # --- shared_prefix: ten requests behind one long shared prefix, run twice ---------------------------------

@@ -149,7 +149,7 @@ class BridgeKVCacheManager(CacheManager):
         missing = host_blocks[len(blocks):]
         if not missing or len(missing) * self.block_size < self.min_load_tokens:
             return blocks, node  # a short span: recomputing it costs less than the copy
-        # BEGIN SOLUTION task5.load_back
+        # BEGIN SOLUTION task5.load_back points=3
         bm = self.block_manager
         self.tree.inc_lock_ref(node)  # making room must not evict the device part of this very prefix,
         self.host_tree.inc_lock_ref(host_node)  # nor the host part we are about to read
@@ -175,7 +175,7 @@ class BridgeKVCacheManager(CacheManager):
         """Insert the computed tokens with the full blocks that hold them. The tree takes a reference on each
         block it adopts, and only on those: a prefix it held already keeps the reference it has.
         Returns how many tokens were inserted (all the computed ones)."""
-        # BEGIN SOLUTION task5.insert
+        # BEGIN SOLUTION task5.insert points=2
         n = seq.num_computed_tokens
         blocks = seq.block_table[: n // self.block_size]
         cached = self.tree.insert(seq.all_token_ids[:n], blocks)
@@ -189,7 +189,7 @@ class BridgeKVCacheManager(CacheManager):
         takes a reference on the tree's block and drops its own, which frees it."""
         start = seq.cache_protected_len // self.block_size  # the table names the tree's blocks up to here
         blocks = move_lock(self.tree, seq, self._insert(seq))
-        # BEGIN SOLUTION task5.dedup
+        # BEGIN SOLUTION task5.dedup points=2
         own, theirs = seq.block_table[start: len(blocks)], blocks[start:]
         swap = [i for i, (mine, tree_block) in enumerate(zip(own, theirs)) if mine != tree_block]
         self.block_manager.retain([theirs[i] for i in swap])

@@ -46,7 +46,7 @@ class HostPool:
     def save(self, device_blocks: list[int], host_blocks: list[int]) -> None:
         """Copy device blocks to host blocks. Returns once the copy is done (the device blocks are freed next)."""
         src, dst = self._index(device_blocks, self.pool.k.device), torch.tensor(host_blocks, dtype=torch.long)
-        # BEGIN SOLUTION task5.host_tier
+        # BEGIN SOLUTION task5.host_tier points=2
         if self.stream is None:
             self.k[dst] = self.pool.k[:, src].transpose(0, 1)
             self.v[dst] = self.pool.v[:, src].transpose(0, 1)
@@ -61,7 +61,7 @@ class HostPool:
     def load(self, host_blocks: list[int], device_blocks: list[int]) -> None:
         """Copy host blocks into device blocks. On a GPU it is queued, not waited for: the device stream waits."""
         src, dst = torch.tensor(host_blocks, dtype=torch.long), self._index(device_blocks, self.pool.k.device)
-        # BEGIN SOLUTION task5.host_tier
+        # BEGIN SOLUTION task5.host_tier points=2
         if self.stream is None:
             self.pool.k[:, dst] = self.k[src].transpose(0, 1)
             self.pool.v[:, dst] = self.v[src].transpose(0, 1)

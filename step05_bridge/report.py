@@ -33,7 +33,7 @@ def plot_block_sizes(rec: dict):
                 label="hash (ch. 3)")
         ax.plot(xs, [rate(f"bridge bs={b}") for b in sizes], "o-", color=COLORS["step05"], label="bridge (ch. 5)")
         ax.plot([xs[-1]], [rate("radix (ch. 4)")], "*", ms=14, color=COLORS["step04"], label="radix (ch. 4)")
-        ax.set(title=row["workload"], xlabel="block size (tokens)")
+        ax.set(title=row["workload"], xlabel="block size (tokens)", ylim=(0, 1.02))  # differences at true scale
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("hit rate (cached / prompt tokens)")
     axes[0][0].legend(fontsize=8)

@@ -61,7 +61,7 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     in_seq = pos < kv_len
     dims = tl.arange(0, HEAD_DIM)
     # 1. Where the tile's tokens live: block table lookup, then row = block * BLOCK_SIZE + offset, in int64.
-    # BEGIN SOLUTION task6.address
+    # BEGIN SOLUTION task6.address points=2
     block = tl.load(block_table_ptr + b * stride_bt_b + pos // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
     slot = block * BLOCK_SIZE + pos % BLOCK_SIZE
     kv_offs = slot[:, None] * (H_KV * HEAD_DIM) + kv_head * HEAD_DIM + dims[None, :]
@@ -78,13 +78,13 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     if MASK_TAIL:
         s = tl.where(in_seq[None, :], s, float("-inf"))
     if CAUSAL:
-        # BEGIN SOLUTION task6.causal
+        # BEGIN SOLUTION task6.causal points=2
         s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
         # END SOLUTION
 
     # 3. Online softmax in the log2 domain (scores scaled by sm_scale * log2 e, one fused multiply-add per
     # score): raise the running max, rescale what was accumulated under the old one, add the tile.
-    # BEGIN SOLUTION task6.online_softmax
+    # BEGIN SOLUTION task6.online_softmax points=3
     m_new = tl.maximum(m_i, tl.max(s, 1) * sm_scale_log2)
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s * sm_scale_log2 - m_new[:, None])
@@ -192,7 +192,7 @@ def _merge_splits_kernel(
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_DIM)
     row = (b * H_Q + head).to(tl.int64) * max_splits
-    # BEGIN SOLUTION task6.merge
+    # BEGIN SOLUTION task6.merge points=2
     lse = tl.load(mid_lse_ptr + row + splits, mask=splits < num_splits, other=float("-inf"))
     part = tl.load(mid_o_ptr + (row + splits)[:, None] * HEAD_DIM + dims[None, :],
                    mask=(splits < num_splits)[:, None], other=0.0)

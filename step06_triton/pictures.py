@@ -38,6 +38,9 @@ def split_kv_dot(block_table: list[int], seq_len: int, block_size: int, num_spli
         dot.node(f"split{s}", f"program {s}: split {s}\ntokens {start}..{end - 1}", fillcolor=color)
         for blk in range(start // block_size, -(-end // block_size)):
             owner[blk] = s
+    programs = " ".join(f'"split{s}";' for s in range(num_splits))
+    dot.raw("{ rank=same; " + programs + " }")  # programs left to right in their order
+    dot.raw(" -> ".join(f'"split{s}"' for s in range(num_splits)) + " [style=invis];")
     cells = "|".join(f"<l{i}> {i}: {b}" for i, b in enumerate(block_table))
     dot.raw(f'"table" [shape=record, style="filled", fillcolor="#e8f0fe", label="block table (logical: '
             f'physical)|{cells}"];')
@@ -50,10 +53,11 @@ def split_kv_dot(block_table: list[int], seq_len: int, block_size: int, num_spli
         dot.raw(f'"table":l{i} -> "blk{b}";')
     dot.raw("{ rank=same; " + " ".join(f'"blk{b}";' for b in range(num_blocks)) + " }")
     dot.raw(" -> ".join(f'"blk{b}"' for b in range(num_blocks)) + " [style=invis];")
-    dot.node("merge", "merge kernel: weight each split by exp(lse_s - lse_max)", fillcolor="#ffffff")
+    dot.node("merge", "merge kernel: lse = log sum_s exp(lse_s)\noutput = sum_s exp(lse_s - lse) * o_s",
+             fillcolor="#ffffff")
     for s, (start, end) in enumerate(ranges):
-        if end > start:
-            dot.edge(f"split{s}", "merge", "partial o, lse", style="dashed")
+        if end > start:  # one label says it for every dashed edge
+            dot.edge(f"split{s}", "merge", "o_s, lse_s" if s == 0 else None, style="dashed")
     return dot.source()
 
 

@@ -20,7 +20,7 @@ def test_readme_results_are_the_reports_output():
         "README.md's launch-rule numbers (Theory) are stale: run `python -m step06_triton.report --write`"
 
 
-def test_every_goal_is_stated_with_its_measurement():
+def test_every_target_is_stated_with_its_measurement():
     res, engine = report.load(), report.engine_report.load()
     goals = res["kernels"]["goals"] + engine["goals"]
     assert len(goals) == 9 + 6 and all(g["measured"] is not None for g in goals)
