@@ -624,3 +624,53 @@ def test_step06_q9_the_warm_requests_floor():
          f"{long['cache_on']['cold_ms']} ms", f"token bound ({long['token_bound']}x)",
          f"**{long['cache_on']['cold_ms'] / long['token_bound']:.2f} ms**",
          f"for a {new}-token chunk ({SMOLLM2_135M['num_heads']} programs per layer on {sms} SMs)")
+
+
+# ---------------------------------------------------------------- the audit: keep it last
+
+
+# Numbers a key may state that no test computes and the question does not give: the constants of a formula or a
+# position. Each entry says why; the audit fails on an entry the key no longer needs.
+ALLOWED: dict[tuple[str, int], dict[str, str]] = {
+    ("step01", 3): {"1": "O(1), a complexity"},
+    ("step01", 5): {"0": "positions `0 … n`", "1": "the ± 1 of a position range"},
+    ("step02", 4): {"1": "`ref_count` 1: the mark of a held block"},
+    ("step03", 1): {"0": "block 0", "1": "block 1 and `h_{i−1}`"},
+    ("step03", 3): {"0": "block 0 and a count of 0", "1": "block 1"},
+    ("step03", 5): {"0": "block 0"},
+    ("step04", 2): {"0": "a count of 0", "1": "a count ≥ 1, and count + 1"},
+    ("step05", 1): {"0": "counting from 0 inside the edge, the wrong origin"},
+    ("step05", 2): {"0": "the root's depth 0", "1": "the index j − 1 of a telescoping sum"},
+    ("step05", 3): {"1": "`ref_count` 1: the new block's one holder"},
+    ("step05", 5): {"1": "`ref_count` ≥ 1"},
+    ("step05", 6): {"0": "a hit rate near 0: when to bypass, not a figure"},
+    ("step06", 3): {"1": "exp(0) = 1, and a denominator grown by 1", "2": "base 2, the kernel's exp2"},
+}
+
+
+def test_every_number_in_the_keys_is_checked(file_outcomes: dict[str, str]):
+    """Every number in every key was checked by a `says` of this file for its question, is given by the
+    question's README text, or is in `ALLOWED`: a number typed only in the markdown fails here."""
+    tests = {name for name in globals() if name.startswith("test_")} - {"test_every_number_in_the_keys_is_checked"}
+    missing = sorted(tests - {name.split("[")[0] for name in file_outcomes})
+    if missing:
+        pytest.skip(f"run the whole file: the audit reads what every test of it checked, and {len(missing)} were not "
+                    f"selected ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''})")
+    unfinished = sorted(f"{name} ({outcome})" for name, outcome in file_outcomes.items() if outcome != "passed")
+    if unfinished:
+        pytest.skip(f"the audit reads what every test of its file checked, and some did not pass: "
+                    f"{', '.join(unfinished)}")
+    unchecked, unused = [], []
+    for key in sorted(KEYS.glob("*.md")):
+        chapter = key.stem
+        asked = question_texts(package(chapter))
+        for n, text in sections(chapter).items():
+            stated = numbers(CROSS_REFERENCE.sub("", text))
+            allowed = ALLOWED.get((chapter, n), {})
+            known = CHECKED[chapter, n] | numbers(asked.get(n, ""))
+            unchecked += [f"{chapter} answer {n}: {x}" for x in sorted(stated - known - set(allowed))]
+            unused += [f"{chapter} answer {n}: {x}" for x in sorted(set(allowed) - (stated - known))]
+    assert not unchecked, ("numbers typed only in the keys: check each with `says` (computed from the code or read "
+                           "from the committed results), or list it in ALLOWED with its reason:\n"
+                           + "\n".join(unchecked))
+    assert not unused, "ALLOWED entries the keys no longer need (remove them):\n" + "\n".join(unused)
