@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..chapters import chapters
@@ -25,6 +25,13 @@ def resolve_chapter(chapter: str, root: Path | None = None) -> tuple[str, Path]:
     if len(matches) != 1:
         raise CheckError(f"unknown chapter {chapter!r}; chapters: {', '.join(packages) or 'none'}")
     return matches[0], root / "tests" / matches[0].split("_")[0]
+
+
+def select_chapters(names: Iterable[str] | None, root: Path | None = None) -> list[str]:
+    """The packages of the chapters `names` ('step01' or 'step01_kvcache'), in order; None means all of them."""
+    if names is None:
+        return chapters(root or REPO_ROOT)
+    return sorted({resolve_chapter(c, root)[0] for c in names})
 
 
 def _sources(package_dir: Path) -> Iterator[Path]:
