@@ -3,7 +3,8 @@
 `release(dest)` copies every file of the course that git tracks (or, outside git, every file that is not
 a build output) to `dest`, stubs every marked body of the chapters handed out exactly as `homework start`
 does (signatures and docstrings kept, `raise NotImplementedError` in place of the body), and leaves out the
-instructor-only files: the answer keys and the tests that check them. Chapters are discovered (every
+instructor-only files: the answer keys and the tests that check them, the root README's sections for
+instructors, and the notebooks' outputs (the reference computed them). Chapters are discovered (every
 `stepNN_*` package), so a new chapter with markers is released without registering it anywhere. Before
 anything is written, the release is searched for the bodies it stubs (leaks.py): one found anywhere else,
 renamed or not, stops the release.
@@ -14,6 +15,7 @@ the homework proof skips, and `homework check` grades the student's copies as it
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -84,6 +86,11 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
         for f in files:
             if f.parts[0] == package and f.suffix == ".py":
                 texts[f] = make_stub((root / f).read_text(), None, package, str(f))
+    for f in files:
+        if f == Path("README.md"):
+            texts[f] = student_readme((root / f).read_text())
+        elif f.parts[0] == "notebooks" and f.suffix == ".ipynb":
+            texts[f] = cleared_notebook((root / f).read_text())
     if found := leaks_in(_texts(root, files, texts), root, stubbed):
         raise CheckError(f"the release would give {len({leak.task for leak in found})} task(s) away, so nothing "
                          f"was written; each of these restates a body that the release stubs:\n{describe(found)}\n"
@@ -115,6 +122,52 @@ def _texts(root: Path, files: list[Path], changed: dict[Path, str]) -> dict[str,
         except UnicodeDecodeError:
             continue  # a picture or another binary file: no code in it
     return out
+
+
+# Sections of the root README that speak to instructors (whole sections: a heading and what follows it up to
+# the next heading of the same or a higher level). Students read the rest.
+INSTRUCTOR_HEADINGS = re.compile(r"instructor|answer key|answers|gradescope|\brelease", re.IGNORECASE)
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def student_readme(text: str) -> str:
+    """The README without its sections for instructors: each heading that INSTRUCTOR_HEADINGS matches is
+    removed with everything up to the next heading of the same or a higher level (lines inside fenced code
+    blocks are not headings: a shell comment `# ...` is not one)."""
+    out: list[str] = []
+    dropping: int | None = None  # the level of the heading being removed
+    fenced = False
+    for line in text.splitlines(keepends=True):
+        heading = None if fenced else _HEADING.match(line)
+        if _FENCE.match(line):
+            fenced = not fenced
+        if heading:
+            level = len(heading[1])
+            if dropping is not None and level <= dropping:
+                dropping = None
+            if dropping is None and INSTRUCTOR_HEADINGS.search(heading[2]):
+                dropping = level
+        if dropping is None:
+            out.append(line)
+    return "".join(out)
+
+
+NOTEBOOK_NOTE = ("*Student edition: run this notebook after finishing the homework; its outputs were cleared "
+                 "(they were computed by the reference solutions).*")
+
+
+def cleared_notebook(text: str) -> str:
+    """A notebook without outputs (the reference solutions computed them) and with NOTEBOOK_NOTE at the top."""
+    notebook = json.loads(text)
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    note = {"cell_type": "markdown", "id": "student-edition-note", "metadata": {}, "source": [NOTEBOOK_NOTE]}
+    if (notebook.get("nbformat", 4), notebook.get("nbformat_minor", 0)) < (4, 5):
+        del note["id"]  # cell ids came with nbformat 4.5
+    notebook["cells"].insert(0, note)
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
 
 
 def _ruff_config(stubbed: list[str]) -> str:

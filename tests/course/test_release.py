@@ -1,5 +1,5 @@
-"""The student release: stubs everywhere, no solution (verbatim or renamed), no instructor files, and homework
-still works in it.
+"""The student release: stubs everywhere, no solution (verbatim or renamed), no instructor files or sections, no
+reference outputs in the notebooks, and homework still works in it.
 
 First on the fake course of conftest.py (fast), then on this course itself: every task's reference body is
 searched for in the whole release, as text and as a syntax tree with its names erased. In a release there is
@@ -189,6 +189,65 @@ def test_short_bodies_are_not_searched_for(fake: Path, tmp_path: Path):
     assert leaks.find_leaks(out, fake) == []
 
 
+README = """# Fake course
+
+Intro.
+
+## For students
+
+Run `homework start`.
+
+## For instructors
+
+The keys are in instructors/.
+
+```bash
+# a shell comment in a code block, not a heading
+python -m course homework release ../student
+```
+
+### Uploading to Gradescope
+
+Zip it.
+
+## Answer keys
+
+Secret.
+
+### Still under the keys
+
+## Correctness
+
+Kept.
+"""
+
+
+def test_the_student_readme_leaves_out_the_instructor_sections(fake: Path, tmp_path: Path):
+    (fake / "README.md").write_text(README)
+    out = rel.release(tmp_path / "student", root=fake)
+    assert (out / "README.md").read_text() == ("# Fake course\n\nIntro.\n\n## For students\n\nRun `homework start`."
+                                               "\n\n## Correctness\n\nKept.\n")
+    assert rel.student_readme("# Course\n\n## Release notes\n\nx\n\n# Next\n") == "# Course\n\n# Next\n"
+
+
+def test_the_release_clears_the_notebooks_outputs(fake: Path, tmp_path: Path):
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Chapter 91"),
+        nbformat.v4.new_code_cell("add(1)", execution_count=3,
+                                  outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "3"},
+                                                                  execution_count=3)])])
+    (fake / "notebooks").mkdir()
+    nbformat.write(notebook, fake / "notebooks" / "91_fake.ipynb")
+    out = rel.release(tmp_path / "student", root=fake)
+    released = nbformat.read(out / "notebooks" / "91_fake.ipynb", as_version=4)
+    nbformat.validate(released)
+    note, title, code = released.cells
+    assert note.cell_type == "markdown" and "run this notebook after finishing the homework" in note.source
+    assert "outputs were cleared" in note.source
+    assert (title.source, code.source, code.outputs, code.execution_count) == ("# Chapter 91", "add(1)", [], None)
+
+
 def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
     """Stubs score 0; the reference bodies copied into the student's copies score full, and a chapter is
     graded against the student's copy of the chapter it builds on (the release has no reference of it)."""
@@ -261,6 +320,17 @@ def test_the_release_is_the_whole_course_minus_instructor_files(real_release: Pa
         assert (real_release / must).is_file(), must
     assert list((real_release / "notebooks").glob("*.ipynb"))
     assert not (real_release / "instructors").exists() and not (real_release / "tests" / "instructors").exists()
+
+
+def test_the_release_keeps_students_out_of_the_instructors_notes(real_release: Path):
+    readme = (real_release / "README.md").read_text()
+    assert "## For students" in readme and "## Correctness" in readme
+    assert "## For instructors" not in readme and "Gradescope" not in readme and "homework release" not in readme
+    for notebook in sorted((real_release / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        assert rel.NOTEBOOK_NOTE in "".join(cells[0]["source"]), notebook.name
+        code = [c for c in cells if c["cell_type"] == "code"]
+        assert code and not any(c["outputs"] or c["execution_count"] for c in code), notebook.name
 
 
 def test_the_release_passes_the_linter(real_release: Path):
