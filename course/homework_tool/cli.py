@@ -11,7 +11,7 @@ from .gradescope import gradescope
 from .grading import RULE, check, unrunnable
 from .markers import MarkerError
 from .release import release
-from .tasks import DEFAULT_DEST, CheckError, find_tasks, start
+from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start
 
 
 def _emit(obj: dict, output: Path | None) -> None:
@@ -99,6 +99,9 @@ def main(argv: list[str]) -> int:
                     worth = f"{r.points} pt" + ("s" if r.points > 1 else "")
                     print(f"  {task:<{width}}  {worth:>6}  {shown(file)}:{r.begin:<5} {r.function}")
             print(f"Then grade your copy: python -m course homework check {args.chapter}")
+            for earlier in earlier_chapters(args.chapter, args.dest, args.root):
+                if earlier.unsolved:
+                    print(f"warning: {earlier.note()}", file=sys.stderr)
             return 0
         if args.command == "release":
             target = release(args.dest, args.chapters, force=args.force)

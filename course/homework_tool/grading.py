@@ -12,11 +12,10 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..chapters import chapters
 from ..paths import REPO_ROOT, shown
 from .markers import MarkerError
 from .runner import Run, run_workers
-from .tasks import DEFAULT_DEST, CheckError, find_tasks, resolve_chapter, stubbed_tasks, task_points
+from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, resolve_chapter, task_points
 
 RULE = ("a task earns its points (1 unless its marker says points=N) when all of its tests pass "
         "(at least one must pass; skips are neutral)")
@@ -38,27 +37,10 @@ def plan(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, e
     for path in tests:
         if not path.exists():
             raise CheckError(f"no tests at {shown(path)}")
-    built_on, notes = _earlier_copies(package, dest, root)
+    earlier = earlier_chapters(package, dest, root)
     return Run(package, str(dest), [str(p) for p in tests], str(root), float(timeout),
-               list(tasks) if tasks is not None else None, built_on=built_on, notes=notes)
-
-
-def _earlier_copies(package: str, dest: Path, root: Path) -> tuple[list[str], list[str]]:
-    """In a student release the chapters before `package` are stubbed too, and a chapter builds on them:
-    those come from the student's own copies in `dest` when there are any. In the instructor's repository
-    (reference bodies) they always come from the reference."""
-    built_on, notes = [], []
-    for earlier in chapters(root)[: chapters(root).index(package)]:
-        if not stubbed_tasks(earlier, root):
-            continue
-        if (dest / earlier / "__init__.py").is_file():
-            built_on.append(earlier)
-            notes.append(f"{earlier} (which {package} builds on) is imported from your copy {shown(dest / earlier)}")
-        else:
-            notes.append(f"{earlier} (which {package} builds on) is stubbed in {shown(root / earlier)} and you have "
-                         f"no copy of it: tests that run its code fail; run `python -m course homework start "
-                         f"{earlier.split('_')[0]}` and solve it first")
-    return built_on, notes
+               list(tasks) if tasks is not None else None, built_on=[e.package for e in earlier if e.from_copy],
+               notes=[note for e in earlier if (note := e.note())])
 
 
 def execute(runs: list[Run], total_timeout: float = 1800.0, workers: int = 1, verbose: bool = False) -> list[dict]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -207,6 +208,26 @@ def test_a_test_process_that_dies_is_reported(course: Path, tmp_path: Path):
     mathy.write_text(mathy.read_text().replace("total = a + b", "import os\n    os._exit(3)"))
     result = hw.check("step91", tmp_path / "hw", timeout=10, root=course)
     assert "died (exit code 3)" in result["error"] and result["score"] == 0
+
+
+def test_start_warns_when_an_earlier_chapter_of_the_copy_is_still_a_stub(course: Path, tmp_path: Path, capsys):
+    """A warning on stderr, not an error; `check` says the same in its notes (one place decides both)."""
+    dest = tmp_path / "hw"
+
+    def start(chapter: str) -> str:
+        assert hw.main(["start", chapter, "--dest", str(dest), "--root", str(course), "--force"]) == 0
+        return capsys.readouterr().err
+
+    assert start("step92") == ""  # no copy of step91: step92 is checked against the course's own step91
+    assert start("step91") == ""  # nothing before step91
+    warning = start("step92")
+    assert warning.startswith("warning: ") and warning.count("\n") == 1
+    assert "your copy" in warning and "of step91_fake (which step92_uses builds on) still has stubs (task91.add, "\
+        "task91.triangle)" in warning
+    assert f"warning: {hw.plan('step92', dest, root=course).notes[0]}\n" == warning
+
+    shutil.copytree(course / "step91_fake", dest / "step91_fake", dirs_exist_ok=True)  # step91 solved
+    assert start("step92") == "" and hw.plan("step92", dest, root=course).notes == []
 
 
 # ---------------------------------------------------------------- points and the Gradescope format

@@ -272,6 +272,20 @@ def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
     assert run.built_on == [] and "no copy of it" in run.notes[0]
 
 
+def test_start_in_a_release_warns_about_the_chapters_still_stubbed(fake: Path, tmp_path: Path, capsys):
+    """In a release the chapter a copy builds on is a stub unless the student's copy of it is solved."""
+    out = rel.release(tmp_path / "student", root=fake)
+    argv = ["--dest", str(out / "homework"), "--root", str(out), "--force"]
+    assert hw.main(["start", "step92", *argv]) == 0
+    assert "no copy of it" in capsys.readouterr().err
+    assert hw.main(["start", "step91", *argv]) == 0 and hw.main(["start", "step92", *argv]) == 0
+    warning = capsys.readouterr().err
+    assert warning.startswith("warning: step91_fake (which step92_uses builds on) is imported from your copy")
+    assert "still has stubs (task91.add, task91.triangle)" in warning
+    shutil.copytree(fake / "step91_fake", out / "homework" / "step91_fake", dirs_exist_ok=True)
+    assert hw.main(["start", "step92", *argv]) == 0 and capsys.readouterr().err == ""
+
+
 def test_release_command_line(fake: Path, tmp_path: Path, capsys, monkeypatch):
     monkeypatch.setattr(tasks, "REPO_ROOT", fake)
     monkeypatch.setattr(rel, "REPO_ROOT", fake)
