@@ -91,11 +91,11 @@ MIN_NODES = 12
 """No part smaller than this many syntax nodes is searched for (nodes as `_Shapes` counts them: a dotted name,
 a constant or an f-string is one node), so a body smaller than this is not searched for at all.
 
-`return x` is 2 nodes, `total += i` 4, `if n > limit: raise ValueError(f"...")` 9, `for b in blocks: f(b)` 6:
+`return x` is 2 nodes, `total += i` 4, `if n > limit: raise ValueError(f"...")` 9, `for b in blocks: f(b)` 7:
 below a dozen nodes a piece of code is an idiom that any code repeats, and finding its shape elsewhere says
-nothing. (In this course's own code, statement runs of 10-15 nodes recur between unrelated functions by the
-hundred.) Every task body here is larger except task5.span's, 11 nodes: a one-line tree walk that is its own
-idiom, guarded by its tests, not by this search."""
+nothing. (In this course's own code, for each size from 10 to 15 nodes, about a hundred distinct statement
+runs of that size stand in two places or more.) Every task body here is larger except task5.span's, 11 nodes:
+a one-line tree walk that is its own idiom, guarded by its tests, not by this search."""
 
 SHARE = 0.5
 KEY_NODES = 20
