@@ -28,12 +28,15 @@ test-fast: .venv/.installed
 bench: .venv/.installed
 	$(PY) -m course bench step01 --save --json | tail -1
 	$(PY) -m course bench step02 --workload batch --save --json | tail -1
+	$(PY) -m course bench step02 --workload host --save --json | tail -1
 	@for ch in step03 step04 step05; do for w in short long shared_prefix diverge; do \
 	  $(PY) -m course bench $$ch --workload $$w --save --json | tail -1 || exit 1; \
 	done; done
+	$(PY) -m course bench step05 --workload multi_turn --save --json | tail -1
 	$(PY) -m course bench step04 --workload multi_doc --save --json | tail -1
 	$(PY) -m step05_bridge.bench --save | tail -1
-	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --sweep --json --out step06_triton/results/h200.json"
+	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --part kernels --out step06_triton/results/h200.json;"
+	@echo "  python -m step06_triton.e2e --out step06_triton/results/h200_engine.json"
 	$(MAKE) report
 
 # Tables and plots of every chapter's README from the committed results/*.json (no benchmark runs).

@@ -6,7 +6,8 @@ exists to expose one behaviour of a KV cache:
 
 - `short`: 3 personas x 3 rounds of ~144-token requests; reuse comes only from a persona's system prompt in
   rounds 2 and 3 (ideal token-level hit rate here 55.9%; the Pico-vLLM write-up reported 62.8% with its own texts).
-- `long`: one ~2083-token reference text + 8 short questions; warm TTFT is bounded by total/new tokens.
+- `long`: one 2,074-token reference text (2,082 shared tokens with the template) + 8 short questions; warm
+  TTFT is bounded by total/new tokens.
 - `shared_prefix`: 10 requests sharing a long prefix, run twice; round 2 must hit everything.
 - `batch`: 8 ragged, unrelated requests (~20 to ~300 tokens) for continuous batching and memory waste.
 - `diverge`: 4 requests sharing exactly 16*4 + 7 = 71 tokens: a token radix tree reuses all 71, a cache
@@ -151,8 +152,9 @@ _LONG_QUESTIONS = (
 def _long() -> Workload:
     manual = (TEXTS / "long_reference.txt").read_text(encoding="utf-8").strip()
     chats = [chat(q, manual) for q in _LONG_QUESTIONS]
-    return Workload("long", "one ~2083-token reference manual as the system prompt + 8 questions of 28-48 "
-                    "new tokens; warm TTFT is bounded by total/new tokens", chats)
+    return Workload("long", "a 2,074-token reference manual as the system prompt (2,082 tokens shared "
+                    "with the chat template, the size of the Pico-vLLM write-up's 2,083) + 8 questions of 28-48 new "
+                    "tokens; warm TTFT is bounded by total/new tokens", chats)
 
 
 # --- shared_prefix: ten requests behind one long shared prefix, run twice ---------------------------------
@@ -273,6 +275,48 @@ def _diverge() -> Workload:
                     chats)
 
 
+# --- multi_turn: conversations that come back ------------------------------------------------------------------
+
+_ANSWERS = {  # the assistant's earlier turns, scripted so that every run replays the same conversations
+    "assistant": (
+        "Three good choices: The London Eye Mystery by Siobhan Dowd, a clever puzzle about a boy who vanishes from a "
+        "sealed capsule; Holes by Louis Sachar, funny and full of buried clues; and Murder Most Unladylike by Robin "
+        "Stevens, a boarding-school case solved by two friends.",
+        "Treat basil like cut flowers: trim the stems, stand the bunch in a glass of water on the counter, away from "
+        "direct sun, and cover the leaves loosely with a bag. Change the water every two days and keep it out of the "
+        "fridge, where the leaves turn black.",
+    ),
+    "coder": (
+        "```python\ndef chunks(items, size):\n    if size < 1:\n        raise ValueError('size must be positive')\n"
+        "    return [items[i:i + size] for i in range(0, len(items), size)]\n```\nThe last chunk may be shorter; an "
+        "empty list gives an empty result.",
+        "Use the csv module on an open file: it reads one row at a time.\n```python\nimport csv\n\nwith open(path, "
+        "newline='') as f:\n    for row in csv.reader(f):\n        handle(row)\n```\nMemory stays flat however "
+        "large the file is.",
+    ),
+    "analyst": (
+        "Growth = (5,040 - 4,200) / 4,200 = 840 / 4,200 = 0.2, so sales grew by 20.0% from March to April. One "
+        "month is a short window: compare with April of last year before reading a trend into it.",
+        "Margin per cup = 3.50 - 1.10 = 2.40, and 2.40 / 3.50 = 0.686, so the gross margin is 68.6%. Rent, wages "
+        "and waste are not in the 1.10, so the margin left after them will be lower.",
+    ),
+}
+
+
+def _multi_turn() -> Workload:
+    chats = []
+    for turn in range(3):
+        for persona in _PERSONAS:
+            messages = [{"role": "system", "content": _PERSONAS[persona]}]
+            for t in range(turn):
+                messages += [{"role": "user", "content": _SHORT_QUESTIONS[persona][t]},
+                             {"role": "assistant", "content": _ANSWERS[persona][t]}]
+            chats.append(messages + [{"role": "user", "content": _SHORT_QUESTIONS[persona][turn]}])
+    return Workload("multi_turn", "3 conversations (assistant, coder, analyst) x 3 turns, turn by turn: each turn "
+                    "is its conversation so far plus a question, so it finds its earlier turns cached - unless "
+                    "the pool had to evict them in between", chats)
+
+
 # --- multi_doc: several documents, each asked several questions, the questions interleaved -------------------
 
 _DOCS = (
@@ -332,7 +376,7 @@ def _multi_doc() -> Workload:
 
 
 _BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge,
-             "multi_doc": _multi_doc}
+             "multi_turn": _multi_turn, "multi_doc": _multi_doc}
 WORKLOADS: tuple[str, ...] = tuple(_BUILDERS)
 
 

@@ -29,27 +29,35 @@ class BlockTable:
         self.np = self.cpu.numpy()  # a view: writes through numpy land in the tensor
         self._free_rows = list(range(max_rows - 1, -1, -1))
         self.rows: dict[int, int] = {}  # seq_id -> row
-        self._edits: list[tuple[int, np.ndarray]] = []  # (flat index of the first entry, entries), since the last take
+        self._edits: list[tuple[np.ndarray, np.ndarray]] = []  # (flat indices, block ids) since the last take
 
-    def row(self, seq: Sequence) -> int:
-        """The sequence's row, given on first use; its entries are brought up to date (only what changed)."""
-        row = self.rows.get(seq.seq_id)
-        if row is None:
-            if not self._free_rows:
-                raise RuntimeError(f"no free block-table row for sequence {seq.seq_id}: more running sequences "
-                                   f"than the {len(self.rows)} rows (max_num_seqs)")
-            row = self.rows[seq.seq_id] = self._free_rows.pop()
-            seq.synced_blocks = 0
-        start, end = seq.synced_blocks, len(seq.block_table)
-        if end > self.max_blocks:
-            raise ValueError(f"sequence {seq.seq_id} holds {end} blocks; a row holds {self.max_blocks}")
-        if start < end:
-            entries = np.asarray(seq.block_table[start:end], dtype=np.int32)
-            self.np[row, start:end] = entries
+    def sync(self, seqs: list[Sequence]) -> list[int]:
+        """The sequences' rows (a new one on first use), brought up to date with one write for the whole batch:
+        only the entries added (or rewritten) since the last sync, usually one block now and then per sequence."""
+        rows, at, values = [], [], []
+        for seq in seqs:
+            row = self.rows.get(seq.seq_id)
+            if row is None:
+                if not self._free_rows:
+                    raise RuntimeError(f"no free block-table row for sequence {seq.seq_id}: more running sequences "
+                                       f"than the {len(self.rows)} rows (max_num_seqs)")
+                row = self.rows[seq.seq_id] = self._free_rows.pop()
+                seq.synced_blocks = 0
+            rows.append(row)
+            start, end = seq.synced_blocks, len(seq.block_table)
+            if start < end:
+                if end > self.max_blocks:
+                    raise ValueError(f"sequence {seq.seq_id} holds {end} blocks; a row holds {self.max_blocks}")
+                first = row * self.max_blocks
+                at.extend(range(first + start, first + end))
+                values += seq.block_table[start:end]
+                seq.synced_blocks = end
+        if at:
+            index, blocks = np.array(at), np.array(values, dtype=np.int32)
+            self.np.reshape(-1)[index] = blocks
             if self.device_table is not self.cpu:
-                self._edits.append((row * self.max_blocks + start, entries))
-            seq.synced_blocks = end
-        return row
+                self._edits.append((index, blocks))
+        return rows
 
     def release(self, seq_id: int) -> None:
         """The sequence stopped running (finished, aborted or preempted): its row is free for another."""
@@ -61,8 +69,7 @@ class BlockTable:
         """(flat indices, block ids) of every entry written since the last call, for the device copy."""
         if not self._edits:
             return _EMPTY, _EMPTY
-        index = np.concatenate([np.arange(i, i + len(e)) for i, e in self._edits])
-        values = np.concatenate([e for _, e in self._edits])
+        index, values = (np.concatenate(parts) for parts in zip(*self._edits))
         self._edits.clear()
         return index, values
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from step01_kvcache.request import SamplingParams
 
 from .block_manager import BlockManager
+from .kv_pool import KVPool
 from .sequence import Sequence
 
 
@@ -75,6 +76,7 @@ class CacheManager(ABC):
         self.block_size = block_size
         self.holders: dict[int, Sequence] = {}
         self.stats = PrefixCacheStats()
+        self.pool: KVPool | None = None  # where the blocks' K/V live; the engine sets it (most managers never look)
 
     @property
     def num_blocks(self) -> int:

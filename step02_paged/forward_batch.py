@@ -69,7 +69,7 @@ class ForwardBatch:
 
         Host arrays are numpy (a few microseconds per operation, where a small torch operation costs ten times
         more): this runs every step, and its cost is what the step runs, not what the sequences hold."""
-        rows = np.array([table.row(s) for s in seqs])  # brings each row up to date: only new block ids are written
+        rows = np.array(table.sync(seqs))  # the rows, brought up to date: only new block ids are written
         computed = np.array([s.num_computed_tokens for s in seqs])
         counts = np.array(num_new)
         ids: list[int] = []

@@ -2,6 +2,7 @@
 chapter 1, and the KV memory each holds step by step, drawn from results/batch.json."""
 from __future__ import annotations
 
+from course import results
 from course.report import COLORS, Rendered, fmt, need, provenance, pyplot, register, svg, table
 
 
@@ -26,6 +27,39 @@ def plot_throughput_and_memory(rec: dict):
     bx.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def plot_host(rec: dict):
+    """Chapter 2: the engine's host microseconds per decode step against the context, one line per cache manager."""
+    plt = pyplot()
+    f = rec["figures"]
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    colors = {"none": COLORS["off"], "hash": COLORS["step03"], "radix": COLORS["step04"], "bridge": COLORS["step05"]}
+    for name, row in f["host_us_per_step"].items():
+        contexts = sorted(row, key=int)
+        ax.plot([int(c) for c in contexts], [row[c] for c in contexts], "o-", label=name, color=colors.get(name))
+    ax.set(xscale="log", xlabel="context per sequence (tokens)", ylabel="host µs per decode step", ylim=(0, None),
+           title=f"{f['requests']} sequences decoding, no model: the engine's own work")
+    ax.set_xticks(f["contexts"], [str(c) for c in f["contexts"]])
+    ax.legend(title="cache manager", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def host_block(rec: dict) -> list[str]:
+    """The host bench's table: µs per step, each manager, each context; flat is what the engine's rules buy."""
+    f = rec["figures"]
+    contexts = [str(c) for c in f["contexts"]]
+    lines = ["", f"**Host work per decode step**: {f['requests']} sequences decoding at once, a "
+             "model that returns zeros at once and an attention backend with no per-step host work, so what is "
+             "timed is the engine itself (scheduler, cache manager, block-table rows, the step's batch, sampling, "
+             f"bookkeeping): median µs of {f['steps_timed']} steps. " + provenance([rec], "no model"), "",
+             "![host µs per decode step against the context](results/host.svg)", ""]
+    lines += table(["manager"] + [f"{c} tok" for c in contexts] + ["longest / shortest"],
+                   [[name] + [row[c] for c in contexts] + [f"{f['growth_longest_over_shortest'][name]}x"]
+                    for name, row in f["host_us_per_step"].items()])
+    return lines
 
 
 def headline() -> str:
@@ -60,4 +94,9 @@ def render() -> Rendered:
                     ["contiguous buffers, prompt + max_new_tokens each", max(mem["contiguous"]),
                      f"{f['contiguous_waste_fraction']:.1%}"],
                     ["HF's padded batch", max(mem["hf_batched"]), "-"]])
-    return "\n".join(lines) + "\n", {"throughput_memory.svg": svg(lambda: plot_throughput_and_memory(rec))}
+    plots = {"throughput_memory.svg": svg(lambda: plot_throughput_and_memory(rec))}
+    host = results.load("step02", "host")
+    if host is not None:
+        lines += host_block(host)
+        plots["host.svg"] = svg(lambda: plot_host(host))
+    return "\n".join(lines) + "\n", plots

@@ -72,7 +72,7 @@ class PrefixCachingBlockManager(BlockManager):
             self._check_id(b)
             if self.ref_count[b] == 0 and self.entries[b] is None:
                 raise ValueError(f"block {b} is free and not cached: nothing to reuse")
-        # BEGIN SOLUTION task3.touch_evict
+        # BEGIN SOLUTION task3.touch_evict points=2
         for b in blocks:
             if self.ref_count[b] == 0:
                 self.free_blocks.remove(b)
@@ -83,7 +83,7 @@ class PrefixCachingBlockManager(BlockManager):
         """Chapter 2's allocation, from the front of the LRU free queue. A block taken that was still cached is
         evicted now: its hash entry goes, since new tokens will overwrite its K/V."""
         blocks = super().allocate(n)
-        # BEGIN SOLUTION task3.touch_evict
+        # BEGIN SOLUTION task3.touch_evict points=2
         for block in blocks:
             entry = self.entries[block]
             if entry is not None:

@@ -45,7 +45,7 @@ class FreeBlockQueue:
         """Take the block at the front (least recently freed)."""
         if not self._len:
             raise IndexError("popleft from an empty free block queue")
-        # BEGIN SOLUTION task3.free_queue
+        # BEGIN SOLUTION task3.free_queue points=2
         block = self._next[self._head]
         after = self._next[block]
         self._next[self._head], self._prev[after] = after, self._head
@@ -59,7 +59,7 @@ class FreeBlockQueue:
         self._check_id(block)
         if block in self:
             raise ValueError(f"block {block} is already in the free queue")
-        # BEGIN SOLUTION task3.free_queue
+        # BEGIN SOLUTION task3.free_queue points=2
         last = self._prev[self._tail]
         self._next[last], self._prev[block] = block, last
         self._next[block], self._prev[self._tail] = self._tail, block
@@ -71,7 +71,7 @@ class FreeBlockQueue:
         self._check_id(block)
         if block not in self:
             raise ValueError(f"block {block} is not in the free queue")
-        # BEGIN SOLUTION task3.free_queue
+        # BEGIN SOLUTION task3.free_queue points=2
         before, after = self._prev[block], self._next[block]
         self._next[before], self._prev[after] = after, before
         self._next[block] = self._prev[block] = _UNLINKED

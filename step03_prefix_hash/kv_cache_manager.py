@@ -46,7 +46,7 @@ class PrefixCachingKVCacheManager(CacheManager):
         """The longest chain of cached blocks that starts the sequence, within its first num_tokens - 1
         tokens. Only full blocks are ever cached, so it covers a multiple of the block size. Looks only:
         nothing is held until allocate_slots."""
-        # BEGIN SOLUTION task3.lookup
+        # BEGIN SOLUTION task3.lookup points=2
         max_blocks = (seq.num_tokens - 1) // self.block_size  # keep the last token: its logits are needed
         blocks = []
         for block_hash in seq.block_hashes[:max_blocks]:
@@ -95,7 +95,7 @@ class PrefixCachingKVCacheManager(CacheManager):
 
     def on_computed(self, seq: HashedSequence) -> None:
         """Publish the sequence's blocks that are now full of computed tokens, in order."""
-        # BEGIN SOLUTION task3.publish
+        # BEGIN SOLUTION task3.publish points=2
         bs = self.block_size
         done = self._num_published.get(seq.seq_id, 0)
         full = min(seq.num_computed_tokens // bs, len(seq.block_hashes))

@@ -23,11 +23,18 @@ def _children(kv: PrefixCachingKVCacheManager) -> dict[BlockHash | None, list[in
     return children
 
 
+def _nth(position: int) -> str:
+    """A place in the free queue, counted from 1 as people count: the queue's head (position 0) goes 1st."""
+    n = position + 1
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def _describe(kv: PrefixCachingKVCacheManager, b: int, lru: dict[int, int], decode: Decode | None,
               width: int) -> list[str]:
     bm = kv.block_manager
     entry, ref = bm.entries[b], bm.ref_count[b]
-    lines = [f"block {b}  #{short_hash(entry.block_hash)}", f"ref {ref}" + (f", LRU #{lru[b]}" if ref == 0 else "")]
+    lines = [f"block {b}  #{short_hash(entry.block_hash)}",
+             f"ref {ref}" + (f", evicted {_nth(lru[b])}" if ref == 0 else "")]
     if decode is not None:
         lines.append(_snippet(decode(list(entry.token_ids)), width))
     return lines
@@ -95,7 +102,7 @@ def hash_tree_text(kv: PrefixCachingKVCacheManager, decode: Decode | None = None
         state = f"ref {min(refs)}" if min(refs) == max(refs) else f"ref {max(refs)}..{min(refs)}"
         if max(refs) == 0:
             spots = sorted(lru[c] for c in chain)
-            state += f", free (LRU #{spots[0]}" + (f"..{spots[-1]})" if len(spots) > 1 else ")")
+            state += f", free (evicted {_nth(spots[0])}" + (f"..{_nth(spots[-1])})" if len(spots) > 1 else ")")
         text = ""
         if decode is not None:
             text = "  " + _snippet(decode([t for c in chain for t in bm.entries[c].token_ids]), width)

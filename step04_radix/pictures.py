@@ -69,17 +69,19 @@ def tree_text(tree: RadixTree, decode: Decode | None = None, width: int = 48, va
     return "\n".join(lines)
 
 
-def draw_tree(dot: Dot, tree: RadixTree, decode: Decode | None = None, values: str = "slots") -> None:
-    """Add the tree's nodes and edges to `dot` (node names `n<id>`; the root is `n0`). Locked nodes are blue,
+def draw_tree(dot: Dot, tree: RadixTree, decode: Decode | None = None, values: str = "slots",
+              prefix: str = "n") -> None:
+    """Add the tree's nodes and edges to `dot` (node names `<prefix><id>`; the root is `n0`). Locked nodes are blue,
     evictable leaves yellow with a thick border."""
-    dot.node(f"n{tree.root.id}", f"root\n{tree.num_tokens} tok cached", shape="ellipse", fillcolor="#eeeeee")
+    n = prefix
+    dot.node(f"{n}{tree.root.id}", f"root\n{tree.num_tokens} tok cached", shape="ellipse", fillcolor="#eeeeee")
     for node in tree.nodes():
         evictable = _evictable(node)
         color = "#c6dafc" if node.lock_ref else "#fde293" if evictable else "white"
         label = (f"{len(node.key)} tok · {values} {slot_ranges(node.value)}\n"
                  f"lock_ref {node.lock_ref} · t={node.last_access}" + ("\nevictable" if evictable else ""))
-        dot.node(f"n{node.id}", label, fillcolor=color, penwidth="2" if evictable else None)
-        dot.edge(f"n{node.parent.id}", f"n{node.id}", edge_text(node, decode))
+        dot.node(f"{n}{node.id}", label, fillcolor=color, penwidth="2" if evictable else None)
+        dot.edge(f"{n}{node.parent.id}", f"{n}{node.id}", edge_text(node, decode))
 
 
 def tree_dot(tree: RadixTree, decode: Decode | None = None, name: str = "radix") -> str:

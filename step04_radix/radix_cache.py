@@ -109,6 +109,18 @@ def move_lock(tree: RadixTree, seq: RadixSequence, num_tokens: int) -> list[int]
     return values
 
 
+def reset_tree(kv: CacheManager, tree: RadixTree, block_manager: BlockManager) -> int:
+    """Forget everything `tree` caches and give its values back to `block_manager`; only while no request uses the
+    cache (RuntimeError otherwise, nothing changed). Returns how many values were released."""
+    if kv.holders or tree.protected_size:
+        raise RuntimeError(f"cannot reset the prefix cache while {len(kv.holders)} requests use it; "
+                           "finish or abort them first")
+    values = tree.all_slots()
+    block_manager.release(values)
+    tree.reset()
+    return len(values)
+
+
 def check_tree_holders(tree: RadixTree, holders: dict[int, RadixSequence]) -> None:
     """Each live request's place in the tree: its last_node is attached, at the depth it believes, on its own
     prefix, and its block table starts with the values along that path; each lock_ref counts the requests whose
@@ -160,7 +172,7 @@ class RadixKVCacheManager(CacheManager):
     def evict(self, num: int) -> int:
         """Free at least `num` slots from unlocked leaves, least recently used first (fewer if the tree holds
         fewer unlocked ones). Returns the number freed."""
-        freed = self.tree.evict(num, self.block_manager.release)
+        freed = self.tree.evict(num, lambda leaf: self.block_manager.release(leaf.value))
         self.num_evicted += freed
         return freed
 
@@ -203,13 +215,7 @@ class RadixKVCacheManager(CacheManager):
 
     def reset_cache(self) -> int:
         """Drop every cached token (nobody may hold a lock): the slots return to the free list. Returns how many."""
-        if self.holders or self.tree.protected_size:
-            raise RuntimeError(f"cannot reset the prefix cache while {len(self.holders)} requests use it; "
-                               "finish or abort them first")
-        slots = self.tree.all_slots()
-        self.block_manager.release(slots)
-        self.tree.reset()
-        return len(slots)
+        return reset_tree(self, self.tree, self.block_manager)
 
     # ---- accounting --------------------------------------------------------------------------------------
     def private_slots(self, seq: RadixSequence) -> list[int]:

@@ -116,7 +116,7 @@ class RadixTree:
         so that the returned node ends exactly at the match: a request can then lock precisely its prefix.
         """
         tokens = _as_list(tokens)
-        # BEGIN SOLUTION task4.match
+        # BEGIN SOLUTION task4.match points=2
         now = self._tick()
         node = self.root
         node.last_access = now
@@ -148,7 +148,7 @@ class RadixTree:
         tokens, slots = _as_list(tokens), _as_list(slots)
         if len(slots) != self.span(0, len(tokens)):
             raise ValueError(f"{len(tokens)} tokens need {self.span(0, len(tokens))} values, got {len(slots)}")
-        # BEGIN SOLUTION task4.insert
+        # BEGIN SOLUTION task4.insert points=3
         now = self._tick()
         node = self.root
         node.last_access = now
@@ -175,7 +175,7 @@ class RadixTree:
         split still unwinds through the new node, since it lies on child's parent chain) and `last_access`.
         Sizes do not change; neither does the set of evictable leaves (the new node has a child).
         """
-        # BEGIN SOLUTION task4.insert
+        # BEGIN SOLUTION task4.insert points=3
         parent = child.parent
         k = self.span(start, start + split_len)  # value entries that go with the first part
         new = self._new_node(child.key[:split_len], child.value[:k], parent)
@@ -209,7 +209,7 @@ class RadixTree:
         """A request starts using the prefix that ends at `node`: lock it and every ancestor (not the root).
         Nodes going from 0 to 1 move their values from evictable to protected."""
         self._check_attached(node)
-        # BEGIN SOLUTION task4.lock
+        # BEGIN SOLUTION task4.lock points=2
         while node is not self.root:
             if node.lock_ref == 0:
                 self._evictable_size -= len(node.value)
@@ -226,7 +226,7 @@ class RadixTree:
         for n in self.path(node):
             if n.lock_ref <= 0:
                 raise ValueError(f"lock_ref underflow at {n!r}: unlocked more often than locked")
-        # BEGIN SOLUTION task4.lock
+        # BEGIN SOLUTION task4.lock points=2
         while node is not self.root:
             node.lock_ref -= 1
             if node.lock_ref == 0:
@@ -241,21 +241,22 @@ class RadixTree:
             raise ValueError(f"{node!r} is not in this tree (evicted, or from another tree)")
 
     # ---- eviction ----------------------------------------------------------------------------------------
-    def evict(self, num: int, free_fn: Callable[[list[int]], object]) -> int:
-        """Drop least recently used unlocked leaves until `num` slots are freed (or none is left).
+    def evict(self, num: int, on_evict: Callable[[TreeNode], object]) -> int:
+        """Drop least recently used unlocked leaves until `num` values are freed (or none is left).
 
-        Whole leaves go, so a little more than asked may be freed. `free_fn(slots)` receives each leaf's slots.
+        Whole leaves go, so a little more than asked may be freed. `on_evict(leaf)` sees each leaf while it is still
+        attached: its values are the caller's to free (or to copy elsewhere first, as chapter 5's host tier does).
         A parent whose last child went, and that nobody locks, is a leaf now and joins the candidates.
         Returns the number of values freed (what `TreeNode.value` lists).
         """
-        # BEGIN SOLUTION task4.evict
+        # BEGIN SOLUTION task4.evict points=2
         heap = [(leaf.last_access, leaf.id, leaf) for leaf in self._evictable_leaves]
         heapq.heapify(heap)
         freed = 0
         while freed < num and heap:
             _, _, leaf = heapq.heappop(heap)
             parent = leaf.parent
-            free_fn(leaf.value)
+            on_evict(leaf)
             freed += len(leaf.value)
             self._delete_leaf(leaf)
             if parent is not self.root and parent.lock_ref == 0 and not parent.children:

@@ -1,5 +1,6 @@
 """`python -m course bench step05 --workload <name> [--json]`: the engine with the bridge (block_size 16), cache
-off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus per-round hit rates.
+off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus per-round hit rates;
+`--workload multi_turn` compares the host tier off and on instead (tier_bench.py).
 
 `python -m step05_bridge.bench [--workloads ...] [--block-sizes 16 4 1]` compares the three designs of chapters
 3-5 without the model's cost getting in the way: on the same sequential requests it prints the prompt tokens
@@ -38,6 +39,9 @@ def bench_step05(args: argparse.Namespace) -> dict:
     from course.pretrained import load_tokenizer
 
     args.workload = args.workload or "short"
+    if args.workload == "multi_turn":  # the host tier's bench: tier off vs on, not cache off vs on
+        from .tier_bench import tier_bench
+        return tier_bench(args)
     args.max_new_tokens = args.max_new_tokens or 8
     workload = get_workload(args.workload)
     prompts = workload.prompts(load_tokenizer(args.model))

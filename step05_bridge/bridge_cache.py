@@ -1,5 +1,5 @@
 """BridgeKVCacheManager: the Pico-vLLM write-up's bridge between a token-level radix tree and a block-level
-BlockManager (the write-up calls this layer `BridgeKVCacheManager`).
+BlockManager (the write-up calls this layer `PrefixCache`).
 
 Three layers, each with one job:
 
@@ -31,6 +31,11 @@ Life of a request (chapter 4's, with blocks and a second count):
    blocks its block table lists — never blocks found by matching its tokens again (the write-up's "release by
    re-match" mistake) — and unlocks.
 
+The host tier (optional, `host_blocks > 0`; see host_pool.py): eviction copies a prefix's blocks to host memory and
+files its tokens in a second BlockRadixTree, `host_tree`, instead of forgetting them; a lookup that finds more of
+its prompt there than on the device brings those blocks back (`_load_back`), unless the span is too short to beat
+recomputing it (`min_load_tokens`). Requests never hold host blocks: the host tree is their only holder.
+
 Admission, the move of the lock and the invariants that tie a request to its place in the tree are chapter 4's
 (`allocate_on_tree`, `move_lock`, `check_tree_holders`): they do not depend on who counts what. What differs is
 the ownership model, and it is all in this file: the request takes a reference on every block it shares, the
@@ -44,9 +49,18 @@ from step01_kvcache.request import SamplingParams
 from step02_paged.block_manager import BlockManager
 from step02_paged.cache_manager import CacheManager
 from step02_paged.kv_cache_manager import check_block_tables, check_slot_usage
-from step04_radix.radix_cache import RadixSequence, TreeMatch, allocate_on_tree, check_tree_holders, move_lock
+from step04_radix.radix_cache import (
+    RadixSequence,
+    TreeMatch,
+    allocate_on_tree,
+    check_tree_holders,
+    move_lock,
+    reset_tree,
+)
+from step04_radix.radix_tree import TreeNode
 
 from .block_radix_tree import BlockRadixTree
+from .host_pool import HostPool
 
 
 class BridgeKVCacheManager(CacheManager):
@@ -54,11 +68,14 @@ class BridgeKVCacheManager(CacheManager):
 
     design = "bridge"
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, host_blocks: int = 0, min_load_tokens: int = 64) -> None:
         super().__init__(block_size)
         self.block_manager = BlockManager(num_blocks)
         self.tree = BlockRadixTree(block_size)
         self.num_evicted = 0  # blocks taken back from the tree under memory pressure
+        self.host_blocks, self.min_load_tokens = host_blocks, min_load_tokens
+        self.host_tree = BlockRadixTree(block_size) if host_blocks else None  # tokens of what host memory holds
+        self.host: HostPool | None = None  # made at the first eviction, on the pool the engine gave (`self.pool`)
 
     def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> RadixSequence:
         return RadixSequence(seq_id, prompt_ids, params)
@@ -67,7 +84,10 @@ class BridgeKVCacheManager(CacheManager):
     def get_computed_blocks(self, seq: RadixSequence) -> TreeMatch:
         """The full blocks of the longest cached prefix (all but the last token may match) and the node where
         the token match ends. Block-aligned by construction: the path to a node at depth d owns d // B blocks."""
-        blocks, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
+        tokens = seq.all_token_ids[: seq.num_tokens - 1]
+        blocks, node = self.tree.match_prefix(tokens)
+        if self.host_tree is not None:  # more of it on the host tier? bring it back (the lookup's one side effect)
+            blocks, node = self._load_back(tokens, blocks, node)
         return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
 
     def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
@@ -83,9 +103,67 @@ class BridgeKVCacheManager(CacheManager):
     def evict(self, num: int) -> int:
         """Free at least `num` blocks from unlocked leaves, least recently used first: the tree drops its
         reference, and a block of an unlocked node has no other holder, so it is free at once."""
-        freed = self.tree.evict(num, self.block_manager.release)
+        freed = self.tree.evict(num, self._evict_leaf)
         self.num_evicted += freed
         return freed
+
+    def _evict_leaf(self, leaf: TreeNode) -> None:
+        """The tree lets go of a leaf: with a host tier its prefix is copied to host memory first."""
+        if self.host_tree is not None:
+            blocks = self.tree.prefix_blocks(leaf)
+            self._save(self.tree.prefix_tokens(leaf)[: len(blocks) * self.block_size], blocks)
+        self.block_manager.release(leaf.value)
+
+    # ---- the host tier -----------------------------------------------------------------------------------
+    def _host_pool(self) -> HostPool:
+        if self.host is None:
+            if self.pool is None:
+                raise RuntimeError("the host tier copies K/V: the manager needs the device pool (the engine gives it)")
+            self.host = HostPool(self.pool, self.host_blocks)
+        return self.host
+
+    def _save(self, tokens: list[int], blocks: list[int]) -> None:
+        """File a block-aligned prefix and its device blocks in the host tier: only the blocks the host does not
+        hold yet are copied; the host tree's least recently used leaves make room (they are dropped)."""
+        host = self._host_pool()
+        have, node = self.host_tree.match_prefix(tokens)
+        todo = blocks[len(have):]
+        if not todo:
+            return
+        self.host_tree.inc_lock_ref(node)  # the prefix being extended is not what makes room
+        short = len(todo) - host.block_manager.num_free
+        if short > 0:
+            self.host_tree.evict(short, lambda leaf: host.block_manager.release(leaf.value))
+        self.host_tree.dec_lock_ref(node)
+        todo = todo[: host.block_manager.num_free]
+        if todo:
+            new = host.block_manager.allocate(len(todo))  # their allocation is the host tree's reference
+            host.save(todo, new)
+            self.host_tree.insert(tokens[: (len(have) + len(todo)) * self.block_size], have + new)
+
+    def _load_back(self, tokens: list[int], blocks: list[int], node: TreeNode) -> tuple[list[int], TreeNode]:
+        """The lookup found `blocks` on the device; if the host tier holds a longer block-aligned prefix, and the
+        extra span is long enough to be cheaper to copy than to recompute, copy it into new device blocks and
+        give them to the tree. Returns the device match, extended or not."""
+        host_blocks, host_node = self.host_tree.match_prefix(tokens)
+        missing = host_blocks[len(blocks):]
+        if not missing or len(missing) * self.block_size < self.min_load_tokens:
+            return blocks, node  # a short span: recomputing it costs less than the copy
+        # BEGIN SOLUTION task5.load_back points=3
+        bm = self.block_manager
+        self.tree.inc_lock_ref(node)  # making room must not evict the device part of this very prefix,
+        self.host_tree.inc_lock_ref(host_node)  # nor the host part we are about to read
+        if len(missing) > bm.num_free:
+            self.evict(len(missing) - bm.num_free)
+        self.tree.dec_lock_ref(node)
+        self.host_tree.dec_lock_ref(host_node)
+        if not bm.can_allocate(len(missing)):
+            return blocks, node
+        new = bm.allocate(len(missing))  # their allocation becomes the device tree's reference
+        self.host.load(missing, new)
+        self.tree.insert(tokens[: len(host_blocks) * self.block_size], blocks + new)
+        return self.tree.match_prefix(tokens)
+        # END SOLUTION
 
     # ---- caching computed tokens -------------------------------------------------------------------------
     def on_computed(self, seq: RadixSequence) -> None:
@@ -97,7 +175,7 @@ class BridgeKVCacheManager(CacheManager):
         """Insert the computed tokens with the full blocks that hold them. The tree takes a reference on each
         block it adopts, and only on those: a prefix it held already keeps the reference it has.
         Returns how many tokens were inserted (all the computed ones)."""
-        # BEGIN SOLUTION task5.insert
+        # BEGIN SOLUTION task5.insert points=2
         n = seq.num_computed_tokens
         blocks = seq.block_table[: n // self.block_size]
         cached = self.tree.insert(seq.all_token_ids[:n], blocks)
@@ -111,7 +189,7 @@ class BridgeKVCacheManager(CacheManager):
         takes a reference on the tree's block and drops its own, which frees it."""
         start = seq.cache_protected_len // self.block_size  # the table names the tree's blocks up to here
         blocks = move_lock(self.tree, seq, self._insert(seq))
-        # BEGIN SOLUTION task5.dedup
+        # BEGIN SOLUTION task5.dedup points=2
         own, theirs = seq.block_table[start: len(blocks)], blocks[start:]
         swap = [i for i, (mine, tree_block) in enumerate(zip(own, theirs)) if mine != tree_block]
         self.block_manager.retain([theirs[i] for i in swap])
@@ -134,15 +212,12 @@ class BridgeKVCacheManager(CacheManager):
             del self.holders[seq.seq_id]
 
     def reset_cache(self) -> int:
-        """Drop every cached block (nobody may hold a lock): the tree's references are released. Returns how
-        many blocks the tree held."""
-        if self.holders or self.tree.protected_size:
-            raise RuntimeError(f"cannot reset the prefix cache while {len(self.holders)} requests use it; "
-                               "finish or abort them first")
-        blocks = self.tree.all_blocks()
-        self.block_manager.release(blocks)
-        self.tree.reset()
-        return len(blocks)
+        """Drop every cached block, on both tiers (nobody may hold a lock): the trees' references are released.
+        Returns how many device blocks the tree held."""
+        dropped = reset_tree(self, self.tree, self.block_manager)
+        if self.host is not None:
+            reset_tree(self, self.host_tree, self.host.block_manager)
+        return dropped
 
     # ---- accounting --------------------------------------------------------------------------------------
     @property
@@ -176,3 +251,12 @@ class BridgeKVCacheManager(CacheManager):
                 for b in node.value:
                     assert bm.ref_count[b] == 1, f"block {b} of unlocked {node!r} has ref_count {bm.ref_count[b]}: " \
                                                  "someone uses it without locking its node"
+        if self.host is not None:  # the host tier: its tree is the only holder of host blocks, and nobody locks it
+            self.host_tree.check_invariants()
+            self.host.block_manager.check_invariants()
+            assert self.host_tree.protected_size == 0, "a host-tier node is still locked"
+            held = Counter(self.host_tree.all_blocks())
+            for b in range(self.host.block_manager.num_blocks):
+                assert self.host.block_manager.ref_count[b] == held.get(b, 0) <= 1, \
+                    f"host block {b}: ref_count {self.host.block_manager.ref_count[b]} but the host tree holds it " \
+                    f"{held.get(b, 0)} times"

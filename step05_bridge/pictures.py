@@ -60,10 +60,39 @@ def block_tree_dot(tree: BlockRadixTree, decode: Decode | None = None, name: str
     return dot.source()
 
 
+def tier_dot(kv: BridgeKVCacheManager, decode: Decode | None = None, name: str = "host_tier") -> str:
+    """The two tiers side by side: the device tree over the pool's blocks, and the host tier's tree over host
+    blocks, where an evicted prefix waits to be loaded back (a prefix can be on both: the host keeps its copy)."""
+    dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
+    host = kv.host.block_manager if kv.host else None
+    for key, tree, what, free in (("d", kv.tree, "device pool", kv.block_manager.num_free),
+                                  ("h", kv.host_tree, "host tier", host.num_free if host else kv.host_blocks)):
+        total = kv.num_blocks if key == "d" else kv.host_blocks
+        dot.raw(f'subgraph cluster_{key} {{ label="{what}: {total} blocks, {free} free"; fontname="Helvetica"; '
+                'fontsize=10; style="rounded"; color="#888888";')
+        draw_tree(dot, tree, decode, values="blocks" if key == "d" else "host blocks", prefix=key)
+        dot.raw("}")
+    return dot.source()
+
+
+def tier_scenario() -> BridgeKVCacheManager:
+    """Chapter 3's three chats on a device pool of 6 blocks over a host tier of 8: request 0 finishes, then
+    requests 1 and 2 (another system prompt's users) need its blocks, and its prefix moves to the host tier."""
+    from course.tiny import tiny_config
+    from step02_paged.kv_pool import KVPool
+    from step02_paged.pictures import chat, side_by_side
+
+    kv = BridgeKVCacheManager(num_blocks=6, block_size=4, host_blocks=8, min_load_tokens=4)
+    kv.pool = KVPool(tiny_config(), 6, 4)
+    side_by_side(kv, [chat(kv, 0)])
+    side_by_side(kv, [chat(kv, 1, system=False), chat(kv, 2, system=False)], steps=2)
+    return kv
+
+
 def lesson_figures() -> dict[str, str]:
     """Chapter 3's scenario on the bridge: request 0 has finished (its blocks stay, held by the tree alone),
     requests 1 and 2 share the system prompt's blocks. Both counts show: the shared node has lock_ref 2, its
     blocks ref_count 3 (the tree and two requests)."""
     kv = BridgeKVCacheManager(num_blocks=10, block_size=4)
     three_chats(kv)
-    return {"bridge": bridge_dot(kv, words, name="bridge")}
+    return {"bridge": bridge_dot(kv, words, name="bridge"), "host_tier": tier_dot(tier_scenario(), words)}

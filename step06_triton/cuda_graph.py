@@ -24,7 +24,7 @@ import torch
 
 from step01_kvcache.model import Transformer
 
-from .decode_attention import default_num_splits
+from .decode_attention import num_kv_splits
 from .fusion import fused_decode
 from .triton_attention import TritonMetadata, TritonPagedAttention
 
@@ -68,7 +68,7 @@ class CUDAGraphModel:
         self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
         self.positions = torch.zeros(n, dtype=torch.long, device=dev)
         self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=dev)
-        self.seq_lens = torch.ones(n, dtype=torch.long, device=dev)
+        self.seq_lens = torch.ones(n, dtype=torch.int32, device=dev)  # int32: fewer registers in the kernels
         self.rows = torch.zeros(n, dtype=torch.long, device=dev)
         self.query_start_loc = torch.zeros(2, dtype=torch.long, device=dev)
         self.hidden = torch.zeros(n, cfg.hidden_size, dtype=self.dtype, device=dev)
@@ -92,7 +92,7 @@ class CUDAGraphModel:
         rows = size if kind == "decode" else 1
         table = self.table.index_select(0, self.rows[:rows])
         if kind == "decode":
-            splits = default_num_splits(size, self.pool.k.shape[-2], self.config.max_position_embeddings)
+            splits = num_kv_splits(self.config.max_position_embeddings)  # the grid of the longest context
             md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:size], self.query_start_loc[:1],
                                 size, 0, splits)
         else:

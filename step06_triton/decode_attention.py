@@ -6,12 +6,18 @@ and three ideas keep the memory system busy:
 
 * **GQA grouping.** One program serves the g query heads that share a KV head: K/V is read once for the
   group, not g times. The g query rows are padded to 16 so they form a matrix for `tl.dot`.
-* **Split-KV (flash-decoding).** A batch of 8 sequences x 8 KV heads is only 64 programs for 132 SMs; so
-  the context is cut into `num_splits` pieces, each program attends over one piece and writes a partial
-  output with its log-sum-exp, and a second tiny kernel merges the pieces (stage 1 / stage 2, as in SGLang's
-  `decode_attention.py`). A split past the end of a short sequence gets no keys: it writes lse = -inf and
-  the merge gives it weight 0.
-* **Online softmax.** Each program walks its piece in tiles of BLOCK_N tokens keeping a running max `m`, a
+* **Split-KV (flash-decoding), cut by work.** A launch lasts as long as its slowest program. A batch whose
+  contexts are about equal (within 20%) is already a set of equal programs: it is split only when B x H_kv
+  programs cannot fill the GPU (4 per SM), as flash-decoding does. A ragged batch is cut into splits of about
+  the same length for every sequence, `split_len = max(min_split_len, total_tokens * H_kv / (16 * SMs))`: a
+  short context stays one split, a long one becomes several, and no program walks a long context alone while
+  the others have finished. Each program evaluates this plan itself (`split_plan`) from `seq_lens` on the
+  device, so the host never reads a length: a CUDA graph replays one fixed grid (H_kv, B, max_splits) with new
+  lengths every step, and programs past the end of their sequence return at once. A sequence of one split
+  writes its output directly; the others write partial outputs with their log-sum-exp, merged by a second
+  tiny kernel (stage 1 / stage 2, as in SGLang's `decode_attention.py`, whose `num_kv_splits` is also chosen
+  per request on the device).
+* **Online softmax.** Each program walks its split in tiles of BLOCK_N tokens keeping a running max `m`, a
   running denominator `l_i` and an unnormalised accumulator, rescaled when the max grows — one pass over K/V.
 
 Addresses: token `pos` of sequence `b` lives in physical block `block_table[b, pos // BLOCK_SIZE]` at offset
@@ -20,6 +26,7 @@ stride). A tile of BLOCK_N tokens may span several blocks (BLOCK_SIZE = 1 is SGL
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -27,14 +34,19 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the fast hardware instruction
+PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, so the last ends soon after the rest
+FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
+MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
+MAX_SPLITS = 64  # the merge holds every split of a head in registers
+DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `bench.py --part sweep`
 
 
 @triton.jit
-def dot(a, b, IEEE: tl.constexpr):
-    """a @ b with fp32 accumulation; fp32 inputs in exact IEEE arithmetic (no TF32), so tests can compare tokens."""
+def dot(a, b, acc, IEEE: tl.constexpr):
+    """acc + a @ b in fp32; fp32 inputs in exact IEEE arithmetic (no TF32), so tests can compare tokens."""
     if IEEE:
-        return tl.dot(a, b, input_precision="ieee")
-    return tl.dot(a, b)
+        return tl.dot(a, b, acc, input_precision="ieee")
+    return tl.dot(a, b, acc)
 
 
 @triton.jit
@@ -49,32 +61,64 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     in_seq = pos < kv_len
     dims = tl.arange(0, HEAD_DIM)
     # 1. Where the tile's tokens live: block table lookup, then row = block * BLOCK_SIZE + offset, in int64.
-    # BEGIN SOLUTION task6.address
+    # BEGIN SOLUTION task6.address points=2
     block = tl.load(block_table_ptr + b * stride_bt_b + pos // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
     slot = block * BLOCK_SIZE + pos % BLOCK_SIZE
     kv_offs = slot[:, None] * (H_KV * HEAD_DIM) + kv_head * HEAD_DIM + dims[None, :]
     # END SOLUTION
-    k = tl.load(k_cache_ptr + kv_offs, mask=in_seq[:, None], other=0.0)
-    v = tl.load(v_cache_ptr + kv_offs, mask=in_seq[:, None], other=0.0)
+    if MASK_TAIL:
+        k = tl.load(k_cache_ptr + kv_offs, mask=in_seq[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_offs, mask=in_seq[:, None], other=0.0)
+    else:
+        k = tl.load(k_cache_ptr + kv_offs)
+        v = tl.load(v_cache_ptr + kv_offs)
 
-    # 2. Scores of every row against the tile, in the log2 domain; -inf where a key is hidden.
-    s = dot(q, tl.trans(k), IEEE) * sm_scale_log2
+    # 2. Raw scores of every row against the tile; -inf where a key is hidden.
+    s = dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
     if MASK_TAIL:
         s = tl.where(in_seq[None, :], s, float("-inf"))
     if CAUSAL:
-        # BEGIN SOLUTION task6.causal
+        # BEGIN SOLUTION task6.causal points=2
         s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
         # END SOLUTION
 
-    # 3. Online softmax: raise the running max, rescale what was accumulated under the old one, add the tile.
-    # BEGIN SOLUTION task6.online_softmax
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # 3. Online softmax in the log2 domain (scores scaled by sm_scale * log2 e, one fused multiply-add per
+    # score): raise the running max, rescale what was accumulated under the old one, add the tile.
+    # BEGIN SOLUTION task6.online_softmax points=3
+    m_new = tl.maximum(m_i, tl.max(s, 1) * sm_scale_log2)
     alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    p = tl.exp2(s * sm_scale_log2 - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, IEEE)
+    acc = dot(p.to(v.dtype), v, acc * alpha[:, None], IEEE)
     # END SOLUTION
     return m_new, l_i, acc
+
+
+@triton.jit
+def split_plan(seq_lens_ptr, batch, seq_len, max_splits, min_split_len, target_programs, fill_programs,
+               H_KV: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The launch rule, on the device: (number of splits, tokens per split) for a sequence of seq_len tokens.
+    Near-uniform batch: enough splits to fill the GPU (fill_programs in all). Ragged batch: splits of the same
+    length in every sequence, the batch's K/V over target_programs. Never splits under min_split_len tokens nor
+    more than max_splits (the grid's third axis); whole tiles, recounted so that no split is empty."""
+    total = tl.full([], 0, tl.int64)
+    longest = tl.full([], 0, tl.int32)
+    shortest = tl.full([], 2**31 - 1, tl.int32)
+    for start in range(0, batch, 128):  # B integers, read from L2 by every program
+        offs = start + tl.arange(0, 128)
+        lens = tl.load(seq_lens_ptr + offs, mask=offs < batch, other=0).to(tl.int32)
+        total += tl.sum(lens.to(tl.int64))
+        longest = tl.maximum(longest, tl.max(lens))
+        shortest = tl.minimum(shortest, tl.min(tl.where(offs < batch, lens, 2**31 - 1)))
+    if shortest.to(tl.int64) * 5 >= longest.to(tl.int64) * 4:  # equal programs already: split only to fill the GPU
+        wanted = tl.maximum(fill_programs // (batch * H_KV), 1)
+    else:  # ragged: pieces of about equal length, whatever the sequence
+        split_len = tl.maximum(tl.cdiv(total * H_KV, target_programs), min_split_len)
+        wanted = tl.cdiv(seq_len, split_len).to(tl.int32)
+    wanted = tl.maximum(tl.minimum(tl.minimum(wanted, max_splits), tl.cdiv(seq_len, min_split_len)), 1)
+    tiles = tl.maximum(tl.cdiv(seq_len, BLOCK_N), 1)
+    tiles_per_split = tl.cdiv(tiles, wanted)
+    return tl.cdiv(tiles, tiles_per_split), tiles_per_split * BLOCK_N
 
 
 @triton.jit
@@ -83,21 +127,23 @@ def _decode_split_kernel(
     k_cache_ptr, v_cache_ptr,  # [num_slots, H_kv, D] one layer of the pool
     block_table_ptr,  # [B, max_blocks] int32/int64 physical block of each logical block
     seq_lens_ptr,  # [B] context length including the new token (already stored)
-    mid_o_ptr,  # [B, H_q, num_splits, D] fp32 partial outputs (normalised within the split)
-    mid_lse_ptr,  # [B, H_q, num_splits] fp32 log2-sum-exp2 of each split's scores
-    stride_q_b, stride_bt_b,
-    num_splits, sm_scale_log2,
+    o_ptr,  # [B, H_q, D] output, written here by the sequences of one split
+    mid_o_ptr,  # [B, H_q, max_splits, D] fp32 partial outputs (normalised within the split)
+    mid_lse_ptr,  # [B, H_q, max_splits] fp32 log2-sum-exp2 of each split's scores
+    num_splits_ptr,  # [B] int32: splits each sequence got, for the merge
+    stride_q_b, stride_o_b, stride_bt_b,
+    batch, max_splits, min_split_len, target_programs, fill_programs, sm_scale_log2,
     H_KV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
 ):
-    b = tl.program_id(0)
-    kv_head = tl.program_id(1)
+    kv_head = tl.program_id(0)  # fastest-varying: the KV heads of the same tokens are read at the same time
+    b = tl.program_id(1)
     split = tl.program_id(2)
-    seq_len = tl.load(seq_lens_ptr + b)
-
-    # This program's piece of the context: equal lengths, rounded to whole tiles (the last pieces may be empty).
-    tiles = tl.cdiv(seq_len, BLOCK_N)
-    split_len = tl.cdiv(tiles, num_splits) * BLOCK_N
+    seq_len = tl.load(seq_lens_ptr + b).to(tl.int32)  # int32 positions keep the tile loop in 32-bit arithmetic
+    num_splits, split_len = split_plan(seq_lens_ptr, batch, seq_len, max_splits, min_split_len, target_programs,
+                                       fill_programs, H_KV, BLOCK_N)
+    if split >= num_splits:  # the grid is sized for the longest context it may see
+        return
     start = split * split_len
     end = tl.minimum(start + split_len, seq_len)
 
@@ -116,54 +162,90 @@ def _decode_split_kernel(
                                     kv_head, tile, seq_len, end, sm_scale_log2, True, False, H_KV, HEAD_DIM,
                                     BLOCK_SIZE, BLOCK_N, IEEE)
 
-    # 4. The split's normalised output and its log2-sum-exp2; an empty split says lse = -inf (weight 0).
-    has_keys = l_i > 0
-    out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
-    lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-    mid = (b * H_KV * GROUP + heads).to(tl.int64) * num_splits + split
-    tl.store(mid_o_ptr + mid[:, None] * HEAD_DIM + dims[None, :], out, mask=rows[:, None] < GROUP)
-    tl.store(mid_lse_ptr + mid, lse, mask=rows < GROUP)
+    # 4. One split: the output itself (a context of 0 tokens gives 0, not NaN). Several: the split's normalised
+    # output and its log2-sum-exp2 (every split has keys), for the merge.
+    if num_splits == 1:
+        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+        tl.store(o_ptr + b * stride_o_b + heads[:, None] * HEAD_DIM + dims[None, :], out.to(o_ptr.dtype.element_ty),
+                 mask=rows[:, None] < GROUP)
+    else:
+        mid = (b * H_KV * GROUP + heads).to(tl.int64) * max_splits + split
+        tl.store(mid_o_ptr + mid[:, None] * HEAD_DIM + dims[None, :], acc / l_i[:, None], mask=rows[:, None] < GROUP)
+        tl.store(mid_lse_ptr + mid, m_i + tl.log2(l_i), mask=rows < GROUP)
+    if (kv_head == 0) & (split == 0):
+        tl.store(num_splits_ptr + b, num_splits)
 
 
 @triton.jit
 def _merge_splits_kernel(
-    mid_o_ptr, mid_lse_ptr,  # as written by _decode_split_kernel
+    mid_o_ptr, mid_lse_ptr, num_splits_ptr,  # as written by _decode_split_kernel
     o_ptr,  # [B, H_q, D] output, in q's dtype
-    stride_o_b, num_splits,
+    stride_o_b, max_splits,
     H_Q: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     """softmax over all keys = each split's softmax weighted by exp2(lse_split - lse_total)."""
-    b = tl.program_id(0)
-    head = tl.program_id(1)
+    head = tl.program_id(0)
+    b = tl.program_id(1)
+    num_splits = tl.load(num_splits_ptr + b)
+    if num_splits == 1:  # the split kernel wrote this sequence's output itself
+        return
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_DIM)
-    row = (b * H_Q + head).to(tl.int64) * num_splits
-    # BEGIN SOLUTION task6.merge
+    row = (b * H_Q + head).to(tl.int64) * max_splits
+    # BEGIN SOLUTION task6.merge points=2
     lse = tl.load(mid_lse_ptr + row + splits, mask=splits < num_splits, other=float("-inf"))
     part = tl.load(mid_o_ptr + (row + splits)[:, None] * HEAD_DIM + dims[None, :],
                    mask=(splits < num_splits)[:, None], other=0.0)
-    weight = tl.exp2(lse - tl.max(lse, 0))  # split 0 always has keys, so the max is finite
+    weight = tl.exp2(lse - tl.max(lse, 0))  # slots past num_splits say lse = -inf: weight 0
     out = tl.sum(part * weight[:, None], 0) / tl.sum(weight, 0)
     # END SOLUTION
     tl.store(o_ptr + b * stride_o_b + head * HEAD_DIM + dims, out.to(o_ptr.dtype.element_ty))
 
 
-def default_num_splits(batch: int, num_kv_heads: int, max_seq_len: int, block_n: int = 64,
-                       target_programs: int = 4 * 132) -> int:
-    """Split only when batch x KV heads leaves SMs idle: up to ~4 programs per SM of an H200 (132 SMs), never
-    a split shorter than 2 tiles. (64 x 8 = 512 programs need no split; 8 x 8 = 64 programs get 8 splits.)"""
-    by_occupancy = max(1, target_programs // (batch * num_kv_heads))
-    by_length = max(1, max_seq_len // (2 * block_n))
-    return max(1, min(by_occupancy, by_length, 64))
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132  # an H200's: under the interpreter the rule splits as it would on the GPU the course measures
+
+
+def num_kv_splits(max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
+    """The grid's split axis: the most splits `split_plan` gives any sequence of at most `max_seq_len` tokens.
+    A host integer from a host integer, no GPU read: in eager mode the batch's longest context, for a CUDA
+    graph the longest context it will replay (the programs past a shorter context's splits return at once)."""
+    return max(1, min(-(-max_seq_len // min_split_len), MAX_SPLITS))
+
+
+def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, block_n: int = 64,
+                    num_sms: int = 132, min_split_len: int = MIN_SPLIT_LEN) -> list[tuple[int, int]]:
+    """`split_plan` in Python, for the lesson and the tests: (splits, tokens per split) per sequence."""
+    batch, total = len(seq_lens), sum(seq_lens)
+    plan = []
+    for n in seq_lens:
+        if min(seq_lens) * 5 >= max(seq_lens) * 4:
+            wanted = max(FILL_PER_SM * num_sms // (batch * num_kv_heads), 1)
+        else:
+            wanted = -(-n // max(-(-total * num_kv_heads // (PROGRAMS_PER_SM * num_sms)), min_split_len))
+        wanted = max(min(wanted, max_splits, -(-n // min_split_len)), 1)
+        tiles = max(-(-n // block_n), 1)
+        per = -(-tiles // wanted)
+        plan.append((-(-tiles // per), per * block_n))
+    return plan
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                           seq_lens: torch.Tensor, num_splits: int, out: torch.Tensor | None = None,
-                           block_n: int = 64, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+                           seq_lens: torch.Tensor, max_splits: int | None = None, out: torch.Tensor | None = None, *,
+                           num_sms: int | None = None, min_split_len: int = MIN_SPLIT_LEN, block_n: int | None = None,
+                           num_warps: int | None = None, num_stages: int = 3) -> torch.Tensor:
     """q [B, H_q, D] (the one new token of each sequence); k_cache/v_cache one layer of the pool
-    [num_blocks, block_size, H_kv, D]; block_table [B, max_blocks]; seq_lens [B] >= 1, counting the new token,
-    whose K/V must already be stored. Returns [B, H_q, D]. The launch defaults are the best of the sweep in
-    `bench.py --sweep` on an H200 (tiles of 64 tokens, 4 warps, 3 pipeline stages)."""
+    [num_blocks, block_size, H_kv, D]; block_table [B, max_blocks] (int32 or int64); seq_lens [B] >= 1,
+    counting the new token, whose K/V must already be stored. Returns [B, H_q, D].
+
+    `max_splits` is the grid's split axis, a host integer: `num_kv_splits(longest context)`, by default the
+    bound for the block table's width. The lengths are read on the device only, so the launch can be captured
+    in a CUDA graph and replayed with other `seq_lens`. `num_sms` (default: the device's) and `min_split_len`
+    set the rule; the tile and warp defaults (`DECODE_TILE`) are the best of `bench.py --part sweep` on an
+    H200."""
     B, Hq, D = q.shape
     _, block_size, Hkv, Dk = k_cache.shape
     if Dk != D or v_cache.shape != k_cache.shape:
@@ -174,20 +256,31 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"head_dim must be a power of two >= 16, got {D}")
     if block_table.shape[0] != B or seq_lens.shape != (B,):
         raise ValueError(f"block_table {tuple(block_table.shape)} / seq_lens {tuple(seq_lens.shape)} vs batch {B}")
-    if num_splits < 1:
-        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
     if q.stride(-1) != 1 or q.stride(-2) != D or block_table.stride(-1) != 1:
         raise ValueError("q must be [B, H_q, D] with contiguous heads; block_table rows contiguous")
-    group = Hq // Hkv
-    mid_o = torch.empty(B, Hq, num_splits, D, dtype=torch.float32, device=q.device)
-    mid_lse = torch.empty(B, Hq, num_splits, dtype=torch.float32, device=q.device)
+    if max_splits is None:
+        max_splits = num_kv_splits(block_table.shape[1] * block_size, min_split_len)
+    if not 1 <= max_splits <= MAX_SPLITS:
+        raise ValueError(f"max_splits must be in 1..{MAX_SPLITS}, got {max_splits}")
     out = torch.empty_like(q) if out is None else out
-    _decode_split_kernel[(B, Hkv, num_splits)](
-        q, k_cache, v_cache, block_table, seq_lens, mid_o, mid_lse,
-        q.stride(0), block_table.stride(0), num_splits, LOG2E / math.sqrt(D),
+    if out.shape != q.shape or out.stride(-1) != 1 or out.stride(-2) != D:
+        raise ValueError(f"out must be [B, H_q, D] like q with contiguous heads, got {tuple(out.shape)}")
+    if B == 0:
+        return out
+    sms = num_sms or _sm_count(q.device)
+    tile_n, warps = DECODE_TILE.get(D, (64, 4))
+    group = Hq // Hkv
+    mid_o = torch.empty(B, Hq, max_splits, D, dtype=torch.float32, device=q.device)  # untouched with one split
+    mid_lse = torch.empty(B, Hq, max_splits, dtype=torch.float32, device=q.device)
+    num_splits = torch.empty(B, dtype=torch.int32, device=q.device)
+    _decode_split_kernel[(Hkv, B, max_splits)](
+        q, k_cache, v_cache, block_table, seq_lens, out, mid_o, mid_lse, num_splits,
+        q.stride(0), out.stride(0), block_table.stride(0), B, max_splits, min_split_len, PROGRAMS_PER_SM * sms,
+        FILL_PER_SM * sms, LOG2E / math.sqrt(D),
         H_KV=Hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=D,
-        BLOCK_SIZE=block_size, BLOCK_N=block_n, IEEE=q.dtype == torch.float32,
-        num_warps=num_warps, num_stages=num_stages)
-    _merge_splits_kernel[(B, Hq)](mid_o, mid_lse, out, out.stride(0), num_splits,
-                                  H_Q=Hq, HEAD_DIM=D, SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)))
+        BLOCK_SIZE=block_size, BLOCK_N=block_n or tile_n, IEEE=q.dtype == torch.float32,
+        num_warps=num_warps or warps, num_stages=num_stages)
+    if max_splits > 1:  # with one split every sequence was written by the first kernel
+        _merge_splits_kernel[(Hq, B)](mid_o, mid_lse, num_splits, out, out.stride(0), max_splits,
+                                      H_Q=Hq, HEAD_DIM=D, SPLITS_PAD=max(2, triton.next_power_of_2(max_splits)))
     return out

@@ -25,6 +25,7 @@ import json
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from statistics import median
@@ -243,7 +244,7 @@ def busy_and_timeline(engine: Engine, prompts: list[list[int]], new_tokens: int,
 
 def long_ttft(model: Transformer) -> dict:
     """One request at a time (as the write-up measures): the first is cold, the next 7 find the 2,083-token
-    prefix cached and compute 36 tokens. Also the cache-off engine, host microseconds per warm request (its wall
+    prefix cached and compute 38 tokens. Also the cache-off engine, host microseconds per warm request (its wall
     time minus its GPU time) and what bounds a warm request: the token bound, and one pass over the weights."""
     prompts, _ = workload("long", model.config.vocab_size)
     params = SamplingParams(max_new_tokens=1)
@@ -277,6 +278,87 @@ def long_ttft(model: Transformer) -> dict:
     return result
 
 
+# ---- chapter 5's host tier on the GPU --------------------------------------------------------------------------
+
+def copy_rates(model: Transformer, blocks: int = 256) -> dict:
+    """Host<->device copy bandwidth of K/V blocks (pinned host memory), and prefill throughput: what decides
+    whether bringing a prefix back beats recomputing it."""
+    kv_token = model.config.kv_bytes_per_token(model.dtype.itemsize)
+    host = torch.empty(blocks * 16 * kv_token // 2, dtype=model.dtype, pin_memory=True)
+    dev = torch.empty(host.shape, dtype=model.dtype, device="cuda")
+    rates = {}
+    for name, (dst, src) in (("h2d_gb_s", (dev, host)), ("d2h_gb_s", (host, dev))):
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(10):
+            dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        rates[name] = round(10 * host.nbytes / (time.perf_counter() - t0) / 1e9, 1)
+    return dict(kv_bytes_per_token=kv_token, **rates)
+
+
+def host_tier(model: Transformer, conversations: int = 16, turns: int = 4, first: int = 1024, more: int = 64) -> dict:
+    """Multi-turn conversations that come back after their blocks were evicted: each turn is its conversation so
+    far + `more` new tokens, every conversation's turn t before any turn t+1, one request at a time. The device
+    pool holds about four conversations; the host tier (pinned, copies on a side stream) holds them all. Time to
+    first token and tokens computed, tier off and on; then the copy and prefill rates behind the crossover."""
+    g = torch.Generator().manual_seed(7)
+    ids = lambda n: torch.randint(3, model.config.vocab_size, (n,), generator=g).tolist()  # noqa: E731
+    history = [ids(first) for _ in range(conversations)]
+    requests = []
+    for _ in range(turns):
+        for c in range(conversations):
+            history[c] = history[c] + ids(more)
+            requests.append(list(history[c]))
+    longest = max(map(len, requests))
+    device_blocks = 4 * cdiv(longest, 16) + 8
+    host_blocks = conversations * cdiv(longest, 16) + 8
+    params = SamplingParams(max_new_tokens=1)
+    out: dict = dict(requests=len(requests), prompt_tokens=sum(map(len, requests)), device_blocks=device_blocks,
+                     host_blocks=host_blocks)
+    tokens = {}
+    for tier in ("off", "on"):
+        engine = make_engine(model, "bridge", "triton", cuda_graphs=True, fuse=True, num_blocks=device_blocks,
+                             block_size=16, max_num_seqs=4, max_num_batched_tokens=8192,
+                             host_blocks=host_blocks if tier == "on" else 0)
+        engine.generate(requests[:2], params)  # warm-up
+        engine.cache_manager.reset_cache()
+        ttft, runs = [], []
+        for r in requests:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            runs.append(engine.generate([r], params)[0])
+            torch.cuda.synchronize()
+            ttft.append(time.perf_counter() - t0)
+        engine.check_invariants()
+        cached = sum(o.num_cached_tokens for o in runs)
+        later = ttft[conversations:]  # turns 2.. (turn 1 has nothing to find)
+        kv = engine.cache_manager
+        out[f"tier_{tier}"] = dict(ttft_mean_ms=round(sum(later) / len(later) * 1e3, 3),
+                                   ttft_p99_ms=round(sorted(later)[int(0.99 * (len(later) - 1))] * 1e3, 3),
+                                   prompt_tokens_computed=out["prompt_tokens"] - cached, cached_tokens=cached,
+                                   blocks_saved=kv.host.blocks_saved if kv.host else 0,
+                                   blocks_loaded=kv.host.blocks_loaded if kv.host else 0)
+        tokens[tier] = [o.output_ids for o in runs]
+        print("host tier", tier, out[f"tier_{tier}"], flush=True)
+    out["first_tokens_match"] = sum(a == b for a, b in zip(tokens["on"], tokens["off"]))
+    out["ttft_speedup"] = round(out["tier_off"]["ttft_mean_ms"] / out["tier_on"]["ttft_mean_ms"], 2)
+    out["rates"] = copy_rates(model)
+    prompt = requests[0][:first]
+    engine = make_engine(model, "none", "triton", num_blocks=cdiv(first, 16) + 8, block_size=16,
+                         max_num_batched_tokens=8192)
+    engine.generate([prompt], params)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    engine.generate([prompt], params)
+    torch.cuda.synchronize()
+    out["rates"]["prefill_tokens_s"] = round(first / (time.perf_counter() - t0))
+    rates = out["rates"]
+    out["rates"]["load_tokens_s"] = round(rates["h2d_gb_s"] * 1e9 / rates["kv_bytes_per_token"])
+    return out
+
+
 # ---- identity, fp32 ---------------------------------------------------------------------------------------------
 
 def identity_fp32() -> dict:
@@ -299,12 +381,39 @@ def identity_fp32() -> dict:
     params = SamplingParams(max_new_tokens=32)
     tokens["triton_graphs_fused_one_by_one"] = [one_by_one.generate([p], params)[0].output_ids for p in prompts]
     same = {k: sum(a == b for a, b in zip(v, tokens["torch"])) for k, v in tokens.items()}
+    tier = host_tier_identity(model)
     torch.backends.cuda.matmul.allow_tf32 = True
-    return dict(requests=len(prompts), new_tokens=32, identical_requests_vs_torch=same,
-                all_identical=all(v == len(prompts) for v in same.values()))
+    return dict(requests=len(prompts), new_tokens=32, identical_requests_vs_torch=same, host_tier=tier,
+                all_identical=all(v == len(prompts) for v in same.values()) and tier["all_identical"])
+
+
+def host_tier_identity(model: Transformer, conversations: int = 4, turns: int = 3) -> dict:
+    """Multi-turn requests one by one with the host tier off and on (a device pool for one conversation): the
+    tokens of prefixes brought back from host memory give the answers of recomputed ones."""
+    g = torch.Generator().manual_seed(11)
+    history = [torch.randint(3, model.config.vocab_size, (300,), generator=g).tolist() for _ in range(conversations)]
+    requests = []
+    for _ in range(turns):
+        for c in range(conversations):
+            history[c] += torch.randint(3, model.config.vocab_size, (40,), generator=g).tolist()
+            requests.append(list(history[c]))
+    params = SamplingParams(max_new_tokens=16)
+    outs = {}
+    for host in (0, 256):
+        engine = make_engine(model, "bridge", "triton", cuda_graphs=True, num_blocks=32, block_size=16,
+                             max_num_seqs=2, host_blocks=host)
+        outs[host] = [engine.generate([r], params)[0] for r in requests]
+        engine.check_invariants()
+        loaded = engine.cache_manager.host.blocks_loaded if host else 0
+    same = sum(a.output_ids == b.output_ids for a, b in zip(outs[0], outs[256]))
+    return dict(requests=len(requests), identical=same, all_identical=same == len(requests), blocks_loaded=loaded,
+                cached_tokens_on=sum(o.num_cached_tokens for o in outs[256]))
 
 
 def goals(res: dict) -> list[dict]:
+    """The chapter's targets (JSON key `goals`), met or missed, from whatever parts ran (a part that failed has
+    no number)."""
+    res = {m: {wl: r for wl, r in by.items() if "error" not in r} for m, by in res.items()}
     rows = []
     for (model, wl), target in GOALS.items():
         if model in res and wl in res[model]:
@@ -334,34 +443,55 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the JSON here (e.g. step06_triton/results/h200_engine.json)")
     ap.add_argument("--quick", action="store_true", help="one round, SmolLM2's shape only (a smoke test)")
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    ap.add_argument("--workloads", nargs="+", default=["random", "shared_system", "long"],
-                    choices=["random", "shared_system", "long"])
+    ap.add_argument("--workloads", nargs="+", default=["random", "shared_system", "long", "host_tier"],
+                    choices=["random", "shared_system", "long", "host_tier"], help="on SmolLM2's shape; the 1B "
+                    "shape runs `random`")
+    ap.add_argument("--parts", nargs="+", help="only these parts: identity, MODEL:WORKLOAD (e.g. llama_3_2_1b:random);"
+                    " with --out, an existing file keeps the other parts")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("step06_triton.e2e needs a CUDA GPU", file=sys.stderr)
         return 2
     t_start = time.perf_counter()
-    result: dict = dict(chapter="step06", command="python -m step06_triton.e2e " + " ".join(argv or sys.argv[1:]),
-                        machine=machine(), identity_fp32=identity_fp32())
-    print("identity", result["identity_fp32"], flush=True)
-    for name in (["smollm2_135m"] if args.quick else args.models):
-        model = random_model(MODELS[name], torch.bfloat16)
-        result[name] = {}
-        for wl in args.workloads:
-            if wl == "long":
-                result[name][wl] = long_ttft(model)
-            elif not (name == "llama_3_2_1b" and wl == "shared_system"):
-                result[name][wl] = throughput(model, wl, 1 if args.quick else ROUNDS)
-            print(name, wl, json.dumps({k: v for k, v in result[name].get(wl, {}).items() if k != "decode"}),
-                  flush=True)
+    command = "python -m step06_triton.e2e " + " ".join(argv or sys.argv[1:])
+    keep = json.loads(args.out.read_text()) if args.parts and args.out and args.out.is_file() else {}
+    result: dict = {**keep, "chapter": "step06", "machine": machine()}
+    result.setdefault("commands", []).append(command)
+
+    def section(key: tuple[str, ...], fn: Callable[[], dict]) -> None:
+        """Run one part and write the JSON so far: a part that fails is reported, and the others still run."""
+        node = result
+        for k in key[:-1]:
+            node = node.setdefault(k, {})
+        try:
+            node[key[-1]] = fn()
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON, not hidden
+            traceback.print_exc()
+            node[key[-1]] = dict(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        print(*key, json.dumps({k: v for k, v in node[key[-1]].items() if k != "decode"})[:1500], flush=True)
+        result["goals"] = goals({k: v for k, v in result.items() if k in MODELS})
+        result["duration_s"] = round(time.perf_counter() - t_start, 1)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+        torch.cuda.empty_cache()
+
+    if not args.parts or "identity" in args.parts:
+        section(("identity_fp32",), identity_fp32)
+    plan = [("smollm2_135m", wl) for wl in args.workloads] + \
+        ([] if args.quick else [("llama_3_2_1b", wl) for wl in args.workloads if wl == "random"])
+    if args.parts:
+        plan = [(m, wl) for m, wl in plan if f"{m}:{wl}" in args.parts]
+    models = {}
+    for name, wl in plan:  # the 1B shape runs `random`, the workload its target is set on
+        if name not in models:
+            models.clear()
             torch.cuda.empty_cache()
-        del model
-    result["goals"] = goals({k: v for k, v in result.items() if k in MODELS})
-    result["duration_s"] = round(time.perf_counter() - t_start, 1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+            models[name] = random_model(MODELS[name], torch.bfloat16)
+        model = models[name]
+        run = {"long": lambda m=model: long_ttft(m), "host_tier": lambda m=model: host_tier(m)}.get(
+            wl, lambda m=model, wl=wl: throughput(m, wl, 1 if args.quick else ROUNDS))
+        section((name, wl), run)
     for g in result["goals"]:
         print(("MET   " if g["met"] else "MISSED"), g["goal"], g["measured"])
     return 0

@@ -11,6 +11,8 @@ Triton unified attention (SGLang's `extend_attention.py` reads the new part from
 Prefill is compute-bound (each K/V tile is reused by BLOCK_M query rows), so this is FlashAttention's
 forward loop: a BLOCK_M x BLOCK_N score tile per iteration, online softmax, no [T, S] matrix in memory.
 Tiles wholly below the diagonal skip the mask; only the last few tiles of each row block pay for it.
+The grid runs the query blocks of one head back to back, last (longest) block first, so the blocks that read
+the same K/V share it in L2 and the short blocks fill in at the end of the launch.
 """
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ import triton
 import triton.language as tl
 
 from .decode_attention import LOG2E, attend_tile
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages), the best of `bench.py --part sweep` on an H200. 128-row tiles reuse
+# each K/V tile for twice the rows, but a chunk's last tile is half empty on average: they pay for long chunks.
+LONG_CHUNK_TILE = (128, 128, 8, 2)
+SHORT_CHUNK_TILE = (64, 64, 4, 3)
+LONG_CHUNK = 1024  # average new tokens per sequence from which LONG_CHUNK_TILE is used
 
 
 @triton.jit
@@ -35,9 +43,9 @@ def _extend_kernel(
     H_Q: tl.constexpr, H_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
 ):
-    b = tl.program_id(0)
-    m_block = tl.program_id(1)
-    head = tl.program_id(2)
+    m_block = tl.num_programs(0) - 1 - tl.program_id(0)  # the last query blocks see the most keys: start them first
+    head = tl.program_id(1)  # the query heads of one KV head are neighbours: their K/V tiles meet in L2
+    b = tl.program_id(2)
     q_start = tl.load(query_start_loc_ptr + b)
     q_len = tl.load(query_start_loc_ptr + b + 1) - q_start
     if m_block * BLOCK_M >= q_len:  # the grid is sized for the longest sequence
@@ -77,11 +85,11 @@ def _extend_kernel(
 
 def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                      query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
-                     out: torch.Tensor | None = None, block_m: int = 64, block_n: int = 64, num_warps: int = 4,
-                     num_stages: int = 3) -> torch.Tensor:
+                     out: torch.Tensor | None = None, block_m: int | None = None, block_n: int | None = None,
+                     num_warps: int | None = None, num_stages: int | None = None) -> torch.Tensor:
     """q [T, H_q, D] flat new tokens; query_start_loc [B + 1]; seq_lens [B] (cached + new, new K/V already
     stored); max_query_len: the longest q_len (sizes the grid without reading the GPU). Returns [T, H_q, D].
-    Launch defaults from `bench.py --sweep` on an H200: 64 x 64 tiles, 4 warps, 3 stages."""
+    The tile defaults depend on the average chunk, T / B: shapes only, no GPU read."""
     T, Hq, D = q.shape
     _, block_size, Hkv, Dk = k_cache.shape
     B = seq_lens.shape[0]
@@ -99,7 +107,10 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty_like(q) if out is None else out
     if T == 0:
         return out
-    grid = (B, triton.cdiv(max_query_len, block_m), Hq)
+    tile = LONG_CHUNK_TILE if T >= LONG_CHUNK * B else SHORT_CHUNK_TILE
+    block_m, block_n, num_warps, num_stages = (given or default for given, default in
+                                               zip((block_m, block_n, num_warps, num_stages), tile))
+    grid = (triton.cdiv(max_query_len, block_m), Hq, B)
     _extend_kernel[grid](q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out,
                          q.stride(0), out.stride(0), block_table.stride(0), LOG2E / math.sqrt(D),
                          H_Q=Hq, H_KV=Hkv, HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,

@@ -18,7 +18,7 @@ import torch
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.kv_pool import KVPool
 
-from .decode_attention import default_num_splits, paged_decode_attention
+from .decode_attention import num_kv_splits, paged_decode_attention
 from .extend_attention import extend_attention
 from .store_kvcache import store_kvcache
 
@@ -31,17 +31,17 @@ class TritonMetadata:
     query_start_loc: torch.Tensor  # [B - num_decodes + 1] chunk rows, relative to the first chunk row
     num_decodes: int  # rows 0 .. num_decodes - 1 are single-token sequences
     max_query_len: int  # longest chunk (sizes the extend grid)
-    num_splits: int  # split-KV pieces per decode
+    max_splits: int  # the decode grid's split axis (each sequence's own split count is decided on the device)
 
     @classmethod
-    def from_batch(cls, batch: ForwardBatch, num_kv_heads: int) -> TritonMetadata:
-        """Views of the batch's device tensors; the split count from host-side lengths (never read back)."""
+    def from_batch(cls, batch: ForwardBatch) -> TritonMetadata:
+        """Views of the batch's device tensors; the grid's split bound from a host-side length (never read back)."""
         d = batch.num_decodes
         chunks = batch.num_new[d:]
-        num_splits = default_num_splits(d, num_kv_heads, max(c + 1 for c in batch.num_computed[:d])) if d else 1
+        max_splits = num_kv_splits(max(c + 1 for c in batch.num_computed[:d])) if d else 1
         qsl = batch.query_start_loc[d:] - batch.query_start_loc[d]
-        return cls(batch.slot_mapping, batch.block_tables(), batch.seq_lens, qsl, d, max(chunks, default=0),
-                   num_splits)
+        return cls(batch.slot_mapping, batch.block_tables(), batch.seq_lens.to(torch.int32), qsl, d,
+                   max(chunks, default=0), max_splits)
 
 
 class TritonPagedAttention:
@@ -59,7 +59,7 @@ class TritonPagedAttention:
 
     @functools.cached_property
     def md(self) -> TritonMetadata:
-        return TritonMetadata.from_batch(self.batch, self.pool.k.shape[-2])
+        return TritonMetadata.from_batch(self.batch)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         md, k_cache, v_cache = self.md, self.pool.k[layer], self.pool.v[layer]
@@ -67,7 +67,7 @@ class TritonPagedAttention:
         out = torch.empty_like(q)
         d = md.num_decodes
         if d:
-            paged_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], md.seq_lens[:d], md.num_splits,
+            paged_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], md.seq_lens[:d], md.max_splits,
                                    out=out[:d])
         if d < q.shape[0]:
             extend_attention(q[d:], k_cache, v_cache, md.block_table[d:], md.query_start_loc, md.seq_lens[d:],

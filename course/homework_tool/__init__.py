@@ -6,7 +6,8 @@ edition of the whole course. One module per job:
 - runner.py: the worker processes that run a chapter's tests against a copy (pytest, a timeout per test);
 - grading.py: `check`, the score of each task from what ran;
 - gradescope.py: that score as Gradescope's results.json;
-- release.py: the student edition (`release`), and the search for solutions that leak into it;
+- release.py: the student edition (`release`): stubs, and no instructor files, sections or reference outputs;
+- leaks.py: the search for solutions that leak into a release, as text or renamed (syntax trees compared);
 - cli.py: `python -m course homework start|check|release`.
 """
 from .cli import main

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ..paths import shown
 from .gradescope import gradescope
-from .grading import RULE, check, unrunnable
+from .grading import RULE, check, failed_bodies, unrunnable
 from .markers import MarkerError
 from .release import release
-from .tasks import DEFAULT_DEST, CheckError, find_tasks, start
+from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start
 
 
 def _emit(obj: dict, output: Path | None) -> None:
@@ -37,6 +37,8 @@ def _print_report(result: dict, chapter: str) -> None:
         extra = ", ".join(f"{r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])
         earned = f"{r['points']}/{r['max_points']}"
         print(f"  {r['id']:<{width}}  {r['passed']:>6}/{r['total']:<5}  {earned:>6}   {extra}".rstrip())
+        if bodies := failed_bodies(r):
+            print(f"  {'':<{width}}  -> {bodies}")
     u = result["untagged"]
     if u["total"]:
         print(f"  {'untagged':<{width}}  {u['passed']:>6}/{u['total']:<5}  {'-':>6}   (not scored)")
@@ -99,6 +101,9 @@ def main(argv: list[str]) -> int:
                     worth = f"{r.points} pt" + ("s" if r.points > 1 else "")
                     print(f"  {task:<{width}}  {worth:>6}  {shown(file)}:{r.begin:<5} {r.function}")
             print(f"Then grade your copy: python -m course homework check {args.chapter}")
+            for earlier in earlier_chapters(args.chapter, args.dest, args.root):
+                if earlier.unsolved:
+                    print(f"warning: {earlier.note()}", file=sys.stderr)
             return 0
         if args.command == "release":
             target = release(args.dest, args.chapters, force=args.force)

@@ -1,6 +1,8 @@
 """Gradescope's autograder format: a check's result as its results.json, one test per task."""
 from __future__ import annotations
 
+from .grading import failed_bodies
+
 
 def gradescope(result: dict) -> dict:
     """The check's result as Gradescope's autograder results.json: one test per task, worth its points."""
@@ -15,6 +17,7 @@ def gradescope(result: dict) -> dict:
     for r in result["tasks"]:
         lines = [f"{r['passed']}/{r['total']} tests pass" + "".join(
             f", {r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])]
+        lines += [bodies] if (bodies := failed_bodies(r)) else []
         lines += failing.get(r["id"], [])[:10] + problems
         tests.append({"name": r["id"], "score": r["points"], "max_score": r["max_points"],
                       "output": "\n".join(lines), "visibility": "visible"})

@@ -12,11 +12,10 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..chapters import chapters
 from ..paths import REPO_ROOT, shown
-from .markers import MarkerError
+from .markers import MarkerError, is_stub
 from .runner import Run, run_workers
-from .tasks import DEFAULT_DEST, CheckError, find_tasks, resolve_chapter, stubbed_tasks, task_points
+from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, resolve_chapter, task_points
 
 RULE = ("a task earns its points (1 unless its marker says points=N) when all of its tests pass "
         "(at least one must pass; skips are neutral)")
@@ -38,27 +37,10 @@ def plan(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, e
     for path in tests:
         if not path.exists():
             raise CheckError(f"no tests at {shown(path)}")
-    built_on, notes = _earlier_copies(package, dest, root)
+    earlier = earlier_chapters(package, dest, root)
     return Run(package, str(dest), [str(p) for p in tests], str(root), float(timeout),
-               list(tasks) if tasks is not None else None, built_on=built_on, notes=notes)
-
-
-def _earlier_copies(package: str, dest: Path, root: Path) -> tuple[list[str], list[str]]:
-    """In a student release the chapters before `package` are stubbed too, and a chapter builds on them:
-    those come from the student's own copies in `dest` when there are any. In the instructor's repository
-    (reference bodies) they always come from the reference."""
-    built_on, notes = [], []
-    for earlier in chapters(root)[: chapters(root).index(package)]:
-        if not stubbed_tasks(earlier, root):
-            continue
-        if (dest / earlier / "__init__.py").is_file():
-            built_on.append(earlier)
-            notes.append(f"{earlier} (which {package} builds on) is imported from your copy {shown(dest / earlier)}")
-        else:
-            notes.append(f"{earlier} (which {package} builds on) is stubbed in {shown(root / earlier)} and you have "
-                         f"no copy of it: tests that run its code fail; run `python -m course homework start "
-                         f"{earlier.split('_')[0]}` and solve it first")
-    return built_on, notes
+               list(tasks) if tasks is not None else None, built_on=[e.package for e in earlier if e.from_copy],
+               notes=[note for e in earlier if (note := e.note())])
 
 
 def execute(runs: list[Run], total_timeout: float = 1800.0, workers: int = 1, verbose: bool = False) -> list[dict]:
@@ -88,6 +70,7 @@ def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
     collected: dict[str, list[str]] = {}
     unknown: set[str] = set()
     results: dict[str, tuple[str, str, bool]] = {}
+    frames: dict[str, list[list]] = {}  # failing test -> [file, line] of the copy its exception went through
     started, exit_code, seconds, error, collect_errors = None, None, None, None, []
     for e in events:
         kind = e["event"]
@@ -98,6 +81,7 @@ def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
             started = e["nodeid"]
         elif kind == "result":
             results[e["nodeid"]] = (e["outcome"], e["message"], e["timeout"])
+            frames[e["nodeid"]] = e.get("frames", [])
         elif kind == "collect_error":
             collect_errors.append({"nodeid": e["nodeid"], "message": e["message"]})
         elif kind == "import_error":
@@ -129,14 +113,57 @@ def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
         if outcome in ("failed", "error"):
             failures.append({"nodeid": nodeid, "tasks": names, "outcome": "timeout" if timed_out else outcome,
                              "message": message})
+    bodies = _bodies(Path(run.dest), run.package, failures, frames)
     rows = []
     for task, c in tasks.items():
         earned = not collect_errors and c["passed"] > 0 and c["failed"] == c["errors"] == 0
-        rows.append({"id": task, **c, "points": worth[task] if earned else 0, "max_points": worth[task]})
+        rows.append({"id": task, **c, "points": worth[task] if earned else 0, "max_points": worth[task],
+                     "bodies": bodies.get(task, [])})
     return {"chapter": run.package, "copy": str(Path(run.dest) / run.package), "tasks": rows,
             "score": sum(r["points"] for r in rows), "max_score": sum(r["max_points"] for r in rows),
             "untagged": untagged, "unknown_tasks": sorted(unknown), "failures": failures,
             "collect_errors": collect_errors, "error": error, "seconds": seconds, "notes": run.notes, "rule": RULE}
+
+
+def _bodies(dest: Path, package: str, failures: list[dict], frames: dict[str, list[list]]) -> dict[str, list[dict]]:
+    """Task -> its bodies in the student's copy, as the copy's markers show them: `function`, `file`, `line` (of
+    the BEGIN marker), `stub` (still `raise NotImplementedError`) and `failing_tests` (how many of the task's
+    failing tests raised inside that body). A copy whose markers cannot be read gets no bodies."""
+    try:
+        regions = find_tasks(package, dest)
+    except (CheckError, MarkerError, SyntaxError, OSError):
+        return {}
+    out: dict[str, list[dict]] = {}
+    texts: dict[Path, str] = {}
+    for task, found in regions.items():
+        failing = [frames.get(f["nodeid"], []) for f in failures if task in f["tasks"]]
+        for r in found:
+            text = texts.setdefault(r.file, (dest / r.file).read_text())
+            inside = sum(any(file == r.file.as_posix() and r.begin < line < r.end for file, line in test)
+                         for test in failing)
+            out.setdefault(task, []).append({"function": r.function, "file": r.file.as_posix(), "line": r.begin,
+                                             "stub": is_stub(text, r), "failing_tests": inside})
+    return out
+
+
+def failed_bodies(row: dict) -> str | None:
+    """For a task of several bodies that failed: which bodies are still stubs or, when none is, which ones its
+    failing tests raised in (None when there is nothing to add: one body, the task passed, or no clue)."""
+    bodies = row.get("bodies", [])
+    if len(bodies) < 2 or row["points"] or not (row["failed"] or row["errors"]):
+        return None
+    if stubs := [b for b in bodies if b["stub"]]:
+        written = [b["function"] for b in bodies if not b["stub"]]
+        return (f"still {'a stub' if len(stubs) == 1 else 'stubs'}: {', '.join(map(_where, stubs))}"
+                + (f"; written: {', '.join(written)}" if written else ""))
+    if raised := [b for b in bodies if b["failing_tests"]]:
+        return "failing tests raised in: " + ", ".join(
+            f"{_where(b)}, {b['failing_tests']} test{'s' if b['failing_tests'] > 1 else ''}" for b in raised)
+    return None
+
+
+def _where(body: dict) -> str:
+    return f"{body['function']} ({body['file']}:{body['line']})"
 
 
 def unrunnable(chapter: str, message: str, root: Path | None) -> dict:
@@ -146,7 +173,7 @@ def unrunnable(chapter: str, message: str, root: Path | None) -> dict:
         worth = task_points(find_tasks(package, root))
     except (CheckError, MarkerError):
         package, worth = chapter, {}
-    rows = [{"id": t, **_counts(), "points": 0, "max_points": p} for t, p in worth.items()]
+    rows = [{"id": t, **_counts(), "points": 0, "max_points": p, "bodies": []} for t, p in worth.items()]
     return {"chapter": package, "copy": "", "tasks": rows, "score": 0, "max_score": sum(worth.values()),
             "untagged": _counts(), "unknown_tasks": [], "failures": [], "collect_errors": [], "error": message,
             "seconds": None, "notes": [], "rule": RULE}

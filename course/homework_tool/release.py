@@ -3,8 +3,11 @@
 `release(dest)` copies every file of the course that git tracks (or, outside git, every file that is not
 a build output) to `dest`, stubs every marked body of the chapters handed out exactly as `homework start`
 does (signatures and docstrings kept, `raise NotImplementedError` in place of the body), and leaves out the
-instructor-only files: the answer keys and the tests that check them. Chapters are discovered (every
-`stepNN_*` package), so a new chapter with markers is released without registering it anywhere.
+instructor-only files: the answer keys and the tests that check them, the root README's sections for
+instructors, and the notebooks' outputs (the reference computed them). Chapters are discovered (every
+`stepNN_*` package), so a new chapter with markers is released without registering it anywhere. Before
+anything is written, the release is searched for the bodies it stubs (leaks.py): one found anywhere else,
+renamed or not, stops the release.
 
 In the release there is no reference: the tests of a stubbed chapter fail (they do not crash the run),
 the homework proof skips, and `homework check` grades the student's copies as it does here.
@@ -12,15 +15,16 @@ the homework proof skips, and `homework check` grades the student's copies as it
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ..chapters import chapters as all_chapters
 from ..paths import REPO_ROOT, shown
-from .markers import is_stub, make_stub
-from .tasks import CheckError, find_tasks, resolve_chapter, task_points
+from .leaks import describe, leaks_in
+from .markers import make_stub
+from .tasks import CheckError, find_tasks, select_chapters, task_points
 
 # Instructor-only: never in a release (answer keys, and the tests that hold their numbers).
 INSTRUCTOR_ONLY = ("instructors", "tests/instructors")
@@ -58,17 +62,12 @@ def course_files(root: Path) -> Iterator[Path]:
             yield relative
 
 
-def _selected(chapters: Iterable[str] | None, root: Path) -> list[str]:
-    if chapters is None:
-        return all_chapters(root)
-    return sorted({resolve_chapter(c, root)[0] for c in chapters})
-
-
 def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path | None = None,
             force: bool = False) -> Path:
     """Write the student edition of the course at `root` to `dest`; `chapters` are stubbed (default: all).
 
-    Every stub is made before anything is written, so a bad marker leaves no half-made release.
+    Every file that changes is made, and the whole release searched for solutions, before anything is
+    written: a bad marker or a task given away elsewhere leaves no half-made release.
     """
     root = (root or REPO_ROOT).resolve()
     dest = Path(dest).resolve()
@@ -79,7 +78,7 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
             raise FileExistsError(f"{shown(dest)} is not empty" + (
                 "; pass --force to replace the earlier release there" if (dest / MARKER).is_file() else
                 " and holds no earlier release: choose an empty folder"))
-    stubbed = _selected(chapters, root)
+    stubbed = select_chapters(chapters, root)
     files = [f for f in course_files(root) if not is_instructor_only(f) and not (root / f).is_relative_to(dest)]
     texts: dict[Path, str] = {}
     for package in stubbed:
@@ -87,6 +86,15 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
         for f in files:
             if f.parts[0] == package and f.suffix == ".py":
                 texts[f] = make_stub((root / f).read_text(), None, package, str(f))
+    for f in files:
+        if f == Path("README.md"):
+            texts[f] = student_readme((root / f).read_text())
+        elif f.parts[0] == "notebooks" and f.suffix == ".ipynb":
+            texts[f] = cleared_notebook((root / f).read_text())
+    if found := leaks_in(_texts(root, files, texts), root, stubbed):
+        raise CheckError(f"the release would give {len({leak.task for leak in found})} task(s) away, so nothing "
+                         f"was written; each of these restates a body that the release stubs:\n{describe(found)}\n"
+                         "Call the task's function there instead of restating it.")
     if dest.exists():
         shutil.rmtree(dest)
     for f in files:
@@ -105,6 +113,63 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
     return dest
 
 
+def _texts(root: Path, files: list[Path], changed: dict[Path, str]) -> dict[str, str]:
+    """What the release's text files will hold (path -> text): `changed`, else the course's file."""
+    out = {}
+    for f in files:
+        try:
+            out[str(f)] = changed[f] if f in changed else (root / f).read_text()
+        except UnicodeDecodeError:
+            continue  # a picture or another binary file: no code in it
+    return out
+
+
+# Sections of the root README that speak to instructors (whole sections: a heading and what follows it up to
+# the next heading of the same or a higher level). Students read the rest.
+INSTRUCTOR_HEADINGS = re.compile(r"instructor|answer key|answers|gradescope|\brelease", re.IGNORECASE)
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def student_readme(text: str) -> str:
+    """The README without its sections for instructors: each heading that INSTRUCTOR_HEADINGS matches is
+    removed with everything up to the next heading of the same or a higher level (lines inside fenced code
+    blocks are not headings: a shell comment `# ...` is not one)."""
+    out: list[str] = []
+    dropping: int | None = None  # the level of the heading being removed
+    fenced = False
+    for line in text.splitlines(keepends=True):
+        heading = None if fenced else _HEADING.match(line)
+        if _FENCE.match(line):
+            fenced = not fenced
+        if heading:
+            level = len(heading[1])
+            if dropping is not None and level <= dropping:
+                dropping = None
+            if dropping is None and INSTRUCTOR_HEADINGS.search(heading[2]):
+                dropping = level
+        if dropping is None:
+            out.append(line)
+    return "".join(out)
+
+
+NOTEBOOK_NOTE = ("*Student edition: run this notebook after finishing the homework; its outputs were cleared "
+                 "(they were computed by the reference solutions).*")
+
+
+def cleared_notebook(text: str) -> str:
+    """A notebook without outputs (the reference solutions computed them) and with NOTEBOOK_NOTE at the top."""
+    notebook = json.loads(text)
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    note = {"cell_type": "markdown", "id": "student-edition-note", "metadata": {}, "source": [NOTEBOOK_NOTE]}
+    if (notebook.get("nbformat", 4), notebook.get("nbformat_minor", 0)) < (4, 5):
+        del note["id"]  # cell ids came with nbformat 4.5
+    notebook["cells"].insert(0, note)
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
 def _ruff_config(stubbed: list[str]) -> str:
     """The project's lint settings, minus what a stub leaves behind: imports and names only the solution
     used (F401, F841) and names a stubbed region defined for the code after it (F821)."""
@@ -118,55 +183,3 @@ def _ruff_config(stubbed: list[str]) -> str:
 def is_release(root: Path | None = None) -> bool:
     """Whether `root` is a student release (made by `release`), where reference bodies are stubs."""
     return ((root or REPO_ROOT) / MARKER).is_file()
-
-
-def _normal(line: str) -> str:
-    """A line without its whitespace (and without a trailing comment): what the leak search compares."""
-    code = line if line.lstrip().startswith("#") else line.split("  #")[0]
-    return "".join(code.split())
-
-
-def solution_bodies(root: Path | None = None, chapters: Iterable[str] | None = None) -> dict[str, list[list[str]]]:
-    """Task -> the normalized non-blank lines of each of its reference bodies."""
-    root = (root or REPO_ROOT).resolve()
-    out: dict[str, list[list[str]]] = {}
-    for package in _selected(chapters, root):
-        for task, regions in find_tasks(package, root).items():
-            for r in regions:
-                lines = (root / r.file).read_text().splitlines()[r.begin:r.end - 1]
-                body = [n for n in map(_normal, lines) if n]
-                if body and not is_stub((root / r.file).read_text(), r):
-                    out.setdefault(task, []).append(body)
-    return out
-
-
-LONG_LINE = 30  # characters (whitespace removed): one such line of a solution is a leak on its own
-PAIR_LINE = 14  # two consecutive lines of a solution, each this long at least, are a leak together
-
-
-def find_leaks(release_dir: Path, root: Path | None = None, chapters: Iterable[str] | None = None
-               ) -> list[tuple[str, int, str, str]]:
-    """(file, line, task, what) for every place in a text file of `release_dir` that holds a solution body's
-    line of LONG_LINE+ characters, or two consecutive PAIR_LINE+ lines of one body, whitespace ignored.
-
-    Short lines (`for b in blocks:`, `node = node.parent`) are idioms any code has, not answers."""
-    bodies = solution_bodies(root, chapters)
-    long_lines = {line: task for task, bs in bodies.items() for body in bs for line in body if len(line) >= LONG_LINE}
-    pairs = {(a, b): task for task, bs in bodies.items() for body in bs for a, b in zip(body, body[1:])
-             if min(len(a), len(b)) >= PAIR_LINE}
-    found = []
-    for path in sorted(p for p in Path(release_dir).rglob("*") if p.is_file()):
-        try:
-            text = path.read_text()
-        except (UnicodeDecodeError, OSError):
-            continue
-        where = str(path.relative_to(release_dir))
-        lines = [(n, _normal(line)) for n, line in enumerate(text.splitlines(), 1)]
-        lines = [(n, line) for n, line in lines if line]
-        for (n, line), (_, following) in zip(lines, lines[1:] + [(0, "")]):
-            for solution, task in long_lines.items():
-                if solution in line:
-                    found.append((where, n, task, solution))
-            if (line, following) in pairs:
-                found.append((where, n, pairs[line, following], f"{line} / {following}"))
-    return found

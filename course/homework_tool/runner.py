@@ -92,6 +92,7 @@ class _Reporter:
         self.out, self.run = out, run
         self.copy = (Path(run.dest) / run.package).resolve()
         self.outcomes: dict[str, tuple[str, str]] = {}
+        self.frames: dict[str, list[tuple[str, int]]] = {}  # nodeid -> (file, line) in the copy its exception crossed
         self.tags: list[str] = []
 
     def emit(self, event: str, **data: object) -> None:
@@ -132,10 +133,23 @@ class _Reporter:
         elif report.skipped and not hasattr(report, "wasxfail") and outcome == "passed":
             self.outcomes[report.nodeid] = ("skipped", _message(report))
 
+    def pytest_exception_interact(self, node: pytest.Item | pytest.Collector, call: pytest.CallInfo) -> None:
+        """A test failed with an exception: keep the lines of the copy its traceback went through (file
+        relative to the homework folder), so that grading can say which body of a task it failed in."""
+        if call.excinfo is None:
+            return
+        dest = Path(self.run.dest).resolve()
+        frames = self.frames.setdefault(node.nodeid, [])
+        for frame in traceback.extract_tb(call.excinfo.tb):
+            path = Path(frame.filename).resolve()
+            if path.is_relative_to(self.copy) and frame.lineno:
+                frames.append((str(path.relative_to(dest)), frame.lineno))
+
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         outcome, message = self.outcomes.pop(nodeid, ("passed", ""))
         self.emit("result", nodeid=nodeid, outcome=outcome, message=message,
-                  timeout="Timeout" in message and "pytest-timeout" in message)
+                  timeout="Timeout" in message and "pytest-timeout" in message,
+                  frames=self.frames.pop(nodeid, []) if outcome in ("failed", "error") else [])
 
 
 @contextlib.contextmanager

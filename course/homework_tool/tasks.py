@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from ..chapters import chapters
 from ..paths import REPO_ROOT, shown
-from .markers import Region, check_points, find_regions, is_stub, make_stub
+from .markers import MarkerError, Region, check_points, find_regions, is_stub, make_stub
 
 DEFAULT_DEST = REPO_ROOT / "homework"
 
@@ -25,6 +26,13 @@ def resolve_chapter(chapter: str, root: Path | None = None) -> tuple[str, Path]:
     if len(matches) != 1:
         raise CheckError(f"unknown chapter {chapter!r}; chapters: {', '.join(packages) or 'none'}")
     return matches[0], root / "tests" / matches[0].split("_")[0]
+
+
+def select_chapters(names: Iterable[str] | None, root: Path | None = None) -> list[str]:
+    """The packages of the chapters `names` ('step01' or 'step01_kvcache'), in order; None means all of them."""
+    if names is None:
+        return chapters(root or REPO_ROOT)
+    return sorted({resolve_chapter(c, root)[0] for c in names})
 
 
 def _sources(package_dir: Path) -> Iterator[Path]:
@@ -56,6 +64,62 @@ def stubbed_tasks(chapter: str, root: Path | None = None) -> set[str]:
         for r in regions:
             if is_stub((root / r.file).read_text(), r):
                 out.add(task)
+    return out
+
+
+class Earlier(NamedTuple):
+    """A chapter that `builder` builds on, as the student's homework folder holds it."""
+
+    package: str
+    builder: str
+    copy: Path  # where the student's copy is, or would be
+    has_copy: bool
+    reference: bool  # the course holds its reference bodies (in a student release they are stubs too)
+    unsolved: list[str]  # its tasks still stubs in the copy (with no copy and no reference: all of them)
+
+    @property
+    def from_copy(self) -> bool:
+        """Whether `homework check` imports it from the student's copy (a student release: no reference)."""
+        return self.has_copy and not self.reference
+
+    def note(self) -> str | None:
+        """What `check` reports about it and `start` warns about (None: nothing to say)."""
+        which = f"{self.package} (which {self.builder} builds on)"
+        stubs = ", ".join(self.unsolved)
+        if self.from_copy:
+            return f"{which} is imported from your copy {shown(self.copy)}" + (
+                f", which still has stubs ({stubs}): tests that run them fail until you write them" if stubs else "")
+        if not self.has_copy:
+            return None if self.reference else (
+                f"{which} is stubbed in the course and you have no copy of it: tests that run its code fail; run "
+                f"`python -m course homework start {self.package.split('_')[0]}` and solve it first")
+        return (f"your copy {shown(self.copy)} of {which} still has stubs ({stubs}); `check` grades {self.builder} "
+                f"against the course's own {self.package}, but solve {self.package} first") if stubs else None
+
+
+def earlier_chapters(chapter: str, dest: Path | str = DEFAULT_DEST, root: Path | None = None) -> list[Earlier]:
+    """The chapters with tasks before `chapter`, as the homework folder `dest` holds them: the one place that
+    knows whether an earlier chapter is still a stub for the student (`start` warns, `check` notes and
+    imports the student's copy in a student release)."""
+    root = root or REPO_ROOT
+    package, _ = resolve_chapter(chapter, root)
+    dest = Path(dest).resolve()
+    out = []
+    for earlier in chapters(root)[: chapters(root).index(package)]:
+        tasks = find_tasks(earlier, root)
+        if not tasks:
+            continue
+        reference = not stubbed_tasks(earlier, root)
+        has_copy = (dest / earlier / "__init__.py").is_file()
+        if has_copy:
+            order = {t: i for i, t in enumerate(tasks)}
+            try:
+                unsolved = sorted(stubbed_tasks(earlier, dest), key=lambda t: (order.get(t, len(order)), t))
+            except (MarkerError, SyntaxError):  # the student broke a marker or the file: say nothing, not guess
+                unsolved = []
+        else:
+            unsolved = [] if reference else list(tasks)
+        out.append(Earlier(earlier, package, dest / earlier, has_copy, reference, unsolved))
     return out
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -207,6 +208,84 @@ def test_a_test_process_that_dies_is_reported(course: Path, tmp_path: Path):
     mathy.write_text(mathy.read_text().replace("total = a + b", "import os\n    os._exit(3)"))
     result = hw.check("step91", tmp_path / "hw", timeout=10, root=course)
     assert "died (exit code 3)" in result["error"] and result["score"] == 0
+
+
+def test_start_warns_when_an_earlier_chapter_of_the_copy_is_still_a_stub(course: Path, tmp_path: Path, capsys):
+    """A warning on stderr, not an error; `check` says the same in its notes (one place decides both)."""
+    dest = tmp_path / "hw"
+
+    def start(chapter: str) -> str:
+        assert hw.main(["start", chapter, "--dest", str(dest), "--root", str(course), "--force"]) == 0
+        return capsys.readouterr().err
+
+    assert start("step92") == ""  # no copy of step91: step92 is checked against the course's own step91
+    assert start("step91") == ""  # nothing before step91
+    warning = start("step92")
+    assert warning.startswith("warning: ") and warning.count("\n") == 1
+    assert "your copy" in warning and "of step91_fake (which step92_uses builds on) still has stubs (task91.add, "\
+        "task91.triangle)" in warning
+    assert f"warning: {hw.plan('step92', dest, root=course).notes[0]}\n" == warning
+
+    shutil.copytree(course / "step91_fake", dest / "step91_fake", dirs_exist_ok=True)  # step91 solved
+    assert start("step92") == "" and hw.plan("step92", dest, root=course).notes == []
+
+
+PAIR = '''\
+class Pair:
+    """Keeps values: `save` puts one in, `load` gives the last one back."""
+
+    def __init__(self) -> None:
+        self.items: list[int] = []
+
+    def save(self, value: int) -> None:
+        """Keep `value`."""
+        # BEGIN SOLUTION task91.pair points=2
+        self.items.append(value)
+        # END SOLUTION
+
+    def load(self) -> int:
+        """The value kept last."""
+        # BEGIN SOLUTION task91.pair points=2
+        return self.items[-1]
+        # END SOLUTION
+'''
+
+
+def test_check_names_the_body_of_a_task_that_failed(course: Path, tmp_path: Path, capsys):
+    """task91.pair has two bodies: the report says which one is still a stub or, with none, which one raised."""
+    (course / "step91_fake" / "pair.py").write_text(PAIR)
+    (course / "tests" / "step91" / "test_pair.py").write_text(
+        "import pytest\n\nfrom step91_fake.pair import Pair\n\n\n@pytest.mark.task('task91.pair')\n"
+        "def test_pair():\n    p = Pair()\n    p.save(3)\n    assert p.load() == 3\n")
+    copy = hw.start("step91", tmp_path / "hw", only=set(), root=course) / "pair.py"
+    argv = ["check", "step91", "--task", "task91.pair", "--dest", str(tmp_path / "hw"), "--root", str(course)]
+
+    def check() -> tuple[dict, str]:
+        assert hw.main([*argv, "--json"]) == 0
+        result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert hw.main(argv) == 0
+        [row] = result["tasks"]
+        return row, capsys.readouterr().out
+
+    row, table = check()
+    assert row["points"] == 2 and [(b["function"], b["stub"]) for b in row["bodies"]] == [
+        ("Pair.save", False), ("Pair.load", False)]
+    assert "->" not in table
+
+    copy.write_text(PAIR.replace("return self.items[-1]",
+                                 'raise NotImplementedError("task91.pair: see step91_fake/README.md#exercises")'))
+    row, table = check()
+    assert row["points"] == 0
+    assert [(b["function"], b["file"], b["line"], b["stub"]) for b in row["bodies"]] == [
+        ("Pair.save", "step91_fake/pair.py", 9, False), ("Pair.load", "step91_fake/pair.py", 15, True)]
+    assert "-> still a stub: Pair.load (step91_fake/pair.py:15); written: Pair.save" in table
+
+    copy.write_text(PAIR.replace("return self.items[-1]", "return self.items[1]"))  # written, wrong
+    row, table = check()
+    assert [(b["stub"], b["failing_tests"]) for b in row["bodies"]] == [(False, 0), (False, 1)]
+    assert "-> failing tests raised in: Pair.load (step91_fake/pair.py:15), 1 test" in table
+    gradescope = hw.main([*argv, "--format", "gradescope"])
+    assert gradescope == 0 and "failing tests raised in: Pair.load" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- points and the Gradescope format

@@ -1,7 +1,9 @@
-"""The student release: stubs everywhere, no solution text, no instructor files, and homework still works in it.
+"""The student release: stubs everywhere, no solution (verbatim or renamed), no instructor files or sections, no
+reference outputs in the notebooks, and homework still works in it.
 
 First on the fake course of conftest.py (fast), then on this course itself: every task's reference body is
-searched for in the whole release. In a release there is no reference to search for, so those tests skip.
+searched for in the whole release, as text and as a syntax tree with its names erased. In a release there is
+no reference to search for, so those tests skip.
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ import pytest
 
 from course import homework_tool as hw
 from course.chapters import chapters
+from course.homework_tool import leaks, tasks
 from course.homework_tool import release as rel
-from course.homework_tool import tasks
 from course.paths import REPO_ROOT
 
 REAL = REPO_ROOT
@@ -51,7 +53,7 @@ def test_release_stubs_every_chapter_and_leaves_instructor_files_out(fake: Path,
     assert json.loads((out / rel.MARKER).read_text())["stubbed"] == {
         "step91_fake": {"task91.add": 1, "task91.triangle": 1}, "step92_uses": {"task92.double": 1}}
     assert rel.is_release(out) and not rel.is_release(fake)
-    assert rel.find_leaks(out, fake) == []
+    assert leaks.find_leaks(out, fake) == []
 
 
 def test_a_new_chapter_is_released_without_registering_it(fake: Path, tmp_path: Path):
@@ -96,19 +98,154 @@ def test_leaks_are_found_in_any_text_file(fake: Path, tmp_path: Path):
         'def mean(values):\n    """Average."""\n    # BEGIN SOLUTION task91.mean\n    total_of_values = sum(values)\n'
         "    return total_of_values / max(len(values), 1)\n    # END SOLUTION\n")
     out = rel.release(tmp_path / "student", root=fake)
-    assert rel.find_leaks(out, fake) == []
+    assert leaks.find_leaks(out, fake) == []
     (out / "README.md").write_text("Hint:\n\n    return total_of_values/max(len(values), 1)\n")  # one long line
     (out / "tests" / "step91" / "helper.py").write_text(  # two consecutive lines, spaced differently
         "x = 1\ntotal_of_values  =  sum(values)\nreturn 0 if not values else ...\n\n"
         "total_of_values = sum( values )\nreturn total_of_values / n\n")
-    leaks = rel.find_leaks(out, fake)
-    assert {(f, n, task) for f, n, task, _ in leaks} == {("README.md", 3, "task91.mean")}
+    found = leaks.find_leaks(out, fake)
+    assert {(f, n, task) for f, n, task, _ in found} == {("README.md", 3, "task91.mean")}
     (out / "tests" / "step91" / "helper.py").write_text("total_of_values = sum(values)\n"
                                                          "return total_of_values / max(len(values), 1)\n")
-    leaks = rel.find_leaks(out, fake)
-    assert {(f, n, task) for f, n, task, _ in leaks} == {("README.md", 3, "task91.mean"),
+    found = leaks.find_leaks(out, fake)
+    assert {(f, n, task) for f, n, task, _ in found} == {("README.md", 3, "task91.mean"),
                                                          ("tests/step91/helper.py", 1, "task91.mean"),
                                                          ("tests/step91/helper.py", 2, "task91.mean")}
+
+
+BLOCKS = '''\
+def full_blocks(tokens: list[int], size: int) -> list[tuple[int, ...]]:
+    """The full blocks of `size` tokens, in order."""
+    # BEGIN SOLUTION task91.blocks points=2
+    blocks = []
+    for i in range(len(tokens) // size):
+        blocks.append(tuple(tokens[i * size:(i + 1) * size]))
+    return blocks
+    # END SOLUTION
+'''
+
+RENAMED = '''\
+"""A later chapter that restates task91.blocks under other names."""
+
+
+def chunks(ids, n):
+    out = []
+    for j in range(len(ids) // n):
+        out.append(tuple(ids[j * n:(j + 1) * n]))
+    return out
+'''
+
+
+def test_a_renamed_copy_in_a_later_chapter_stops_the_release(fake: Path, tmp_path: Path):
+    (fake / "step91_fake" / "blocks.py").write_text(BLOCKS)
+    (fake / "step92_uses" / "later.py").write_text(RENAMED)
+    files = {"step92_uses/later.py": RENAMED}
+    assert leaks.text_leaks(files, leaks.solution_bodies(fake)) == [], "no line is the same: only the shape is"
+    [leak] = leaks.shape_leaks(files, leaks.solution_shapes(fake))
+    assert (leak.file, leak.line, leak.task) == ("step92_uses/later.py", 5, "task91.blocks")
+    assert "step91_fake/blocks.py:3 (full_blocks)" in leak.what
+    with pytest.raises(hw.CheckError) as error:
+        rel.release(tmp_path / "student", root=fake)
+    assert "task91.blocks: step92_uses/later.py:5:" in str(error.value)
+    assert not (tmp_path / "student").exists(), "a release that gives a task away is not written"
+    # step91 handed out as solved reading: its body is no secret, the release goes ahead
+    assert rel.release(tmp_path / "student", chapters=["step92"], root=fake).is_dir()
+
+
+FORMULA = '''\
+def blocks_needed(table: list[int], hits: list[int], computed: int, n: int, size: int) -> int:
+    """New blocks for `n` more tokens."""
+    # BEGIN SOLUTION task91.need points=3
+    if n < 0 or computed < 0:
+        raise ValueError(f"negative token count: {n}, {computed}")
+    if not table and not hits and not computed:
+        return -(-n // size)
+    return max(0, -(-(computed + n) // size) - len(table) - len(hits))
+    # END SOLUTION
+'''
+
+
+def test_a_key_formula_restated_in_another_statement_is_found(fake: Path):
+    """The formula is under half of its body, but 20+ nodes: restated (here assigned, not returned) it gives
+    the task away."""
+    (fake / "step91_fake" / "need.py").write_text(FORMULA)
+    [solution] = [s for s in leaks.solution_shapes(fake) if s.region.task == "task91.need"]
+    later = "def grow(seq, bs, k):\n    want = max(0, -(-(seq.done + k) // bs) - len(seq.table) - len(seq.hits))\n"
+    [leak] = leaks.shape_leaks({"step92_uses/grow.py": later}, [solution])
+    assert (leak.file, leak.line, leak.task) == ("step92_uses/grow.py", 2, "task91.need")
+    size = int(leak.what.split()[0])
+    assert leaks.KEY_NODES <= size < leaks.SHARE * solution.size
+
+
+def test_short_bodies_are_not_searched_for(fake: Path, tmp_path: Path):
+    """`return 2 * add(a)` (task92.double) or a two-line loop (task91.triangle) are idioms: the same shapes
+    elsewhere are no leak, and the search does not even look for them."""
+    assert leaks.searched_size(10) > 10 and leaks.searched_size(30) == 15 and leaks.searched_size(400) == 20
+    assert [s.parts for s in leaks.solution_shapes(fake)] == [{}, {}, {}]
+    (fake / "step92_uses" / "idioms.py").write_text(
+        "def f(x):\n    return 2 * g(x)\n\n\ndef h(n, t=0):\n    for k in range(n):\n        t += k\n"
+        "    return t\n")
+    out = rel.release(tmp_path / "student", root=fake)
+    assert leaks.find_leaks(out, fake) == []
+
+
+README = """# Fake course
+
+Intro.
+
+## For students
+
+Run `homework start`.
+
+## For instructors
+
+The keys are in instructors/.
+
+```bash
+# a shell comment in a code block, not a heading
+python -m course homework release ../student
+```
+
+### Uploading to Gradescope
+
+Zip it.
+
+## Answer keys
+
+Secret.
+
+### Still under the keys
+
+## Correctness
+
+Kept.
+"""
+
+
+def test_the_student_readme_leaves_out_the_instructor_sections(fake: Path, tmp_path: Path):
+    (fake / "README.md").write_text(README)
+    out = rel.release(tmp_path / "student", root=fake)
+    assert (out / "README.md").read_text() == ("# Fake course\n\nIntro.\n\n## For students\n\nRun `homework start`."
+                                               "\n\n## Correctness\n\nKept.\n")
+    assert rel.student_readme("# Course\n\n## Release notes\n\nx\n\n# Next\n") == "# Course\n\n# Next\n"
+
+
+def test_the_release_clears_the_notebooks_outputs(fake: Path, tmp_path: Path):
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Chapter 91"),
+        nbformat.v4.new_code_cell("add(1)", execution_count=3,
+                                  outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "3"},
+                                                                  execution_count=3)])])
+    (fake / "notebooks").mkdir()
+    nbformat.write(notebook, fake / "notebooks" / "91_fake.ipynb")
+    out = rel.release(tmp_path / "student", root=fake)
+    released = nbformat.read(out / "notebooks" / "91_fake.ipynb", as_version=4)
+    nbformat.validate(released)
+    note, title, code = released.cells
+    assert note.cell_type == "markdown" and "run this notebook after finishing the homework" in note.source
+    assert "outputs were cleared" in note.source
+    assert (title.source, code.source, code.outputs, code.execution_count) == ("# Chapter 91", "add(1)", [], None)
 
 
 def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
@@ -135,6 +272,20 @@ def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
     assert run.built_on == [] and "no copy of it" in run.notes[0]
 
 
+def test_start_in_a_release_warns_about_the_chapters_still_stubbed(fake: Path, tmp_path: Path, capsys):
+    """In a release the chapter a copy builds on is a stub unless the student's copy of it is solved."""
+    out = rel.release(tmp_path / "student", root=fake)
+    argv = ["--dest", str(out / "homework"), "--root", str(out), "--force"]
+    assert hw.main(["start", "step92", *argv]) == 0
+    assert "no copy of it" in capsys.readouterr().err
+    assert hw.main(["start", "step91", *argv]) == 0 and hw.main(["start", "step92", *argv]) == 0
+    warning = capsys.readouterr().err
+    assert warning.startswith("warning: step91_fake (which step92_uses builds on) is imported from your copy")
+    assert "still has stubs (task91.add, task91.triangle)" in warning
+    shutil.copytree(fake / "step91_fake", out / "homework" / "step91_fake", dirs_exist_ok=True)
+    assert hw.main(["start", "step92", *argv]) == 0 and capsys.readouterr().err == ""
+
+
 def test_release_command_line(fake: Path, tmp_path: Path, capsys, monkeypatch):
     monkeypatch.setattr(tasks, "REPO_ROOT", fake)
     monkeypatch.setattr(rel, "REPO_ROOT", fake)
@@ -155,14 +306,20 @@ def real_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return rel.release(tmp_path_factory.mktemp("release") / "course")
 
 
+@pytest.fixture(scope="module")
+def real_leaks(real_release: Path) -> list[leaks.Leak]:
+    """Both searches over the written release (`release` ran them before writing it, and found nothing)."""
+    return leaks.find_leaks(real_release)
+
+
 TASKS = [(c, t) for c in chapters() for t in hw.find_tasks(c)]
 
 
 @pytest.mark.parametrize("chapter,task", TASKS, ids=[f"{c}:{t}" for c, t in TASKS])
-def test_no_solution_text_in_the_release(chapter: str, task: str, real_release: Path):
-    leaks = [leak for leak in rel.find_leaks(real_release) if leak[2] == task]
-    assert not leaks, f"{task}'s reference body survives in the release: " + "; ".join(
-        f"{f}:{n}: {what}" for f, n, _, what in leaks)
+def test_no_solution_in_the_release(chapter: str, task: str, real_release: Path, real_leaks: list[leaks.Leak]):
+    """No line of the task's bodies anywhere, and no copy of them with other names in any Python source."""
+    found = [leak for leak in real_leaks if leak.task == task]
+    assert not found, f"{task}'s reference body survives in the release:\n{leaks.describe(found)}"
     regions = hw.find_tasks(chapter, real_release)[task]
     assert all(hw.is_stub((real_release / r.file).read_text(), r) for r in regions)
 
@@ -177,6 +334,17 @@ def test_the_release_is_the_whole_course_minus_instructor_files(real_release: Pa
         assert (real_release / must).is_file(), must
     assert list((real_release / "notebooks").glob("*.ipynb"))
     assert not (real_release / "instructors").exists() and not (real_release / "tests" / "instructors").exists()
+
+
+def test_the_release_keeps_students_out_of_the_instructors_notes(real_release: Path):
+    readme = (real_release / "README.md").read_text()
+    assert "## For students" in readme and "## Correctness" in readme
+    assert "## For instructors" not in readme and "Gradescope" not in readme and "homework release" not in readme
+    for notebook in sorted((real_release / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        assert rel.NOTEBOOK_NOTE in "".join(cells[0]["source"]), notebook.name
+        code = [c for c in cells if c["cell_type"] == "code"]
+        assert code and not any(c["outputs"] or c["execution_count"] for c in code), notebook.name
 
 
 def test_the_release_passes_the_linter(real_release: Path):

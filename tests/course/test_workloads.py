@@ -23,7 +23,9 @@ def test_every_workload_builds(name):
     assert isinstance(w, Workload) and w.name == name and w.description
     assert w.messages and w.rounds >= 1
     for chat in w.messages:
-        assert [m["role"] for m in chat] == ["system", "user"]
+        roles = [m["role"] for m in chat]  # a system prompt, then turns; the last one is the user's question
+        assert roles[0] == "system" and roles[1::2] == ["user"] * len(roles[1::2]) and roles[-1] == "user"
+        assert roles[2::2] == ["assistant"] * len(roles[2::2])
         assert all(isinstance(m["content"], str) and m["content"].strip() for m in chat)
 
 

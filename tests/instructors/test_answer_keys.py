@@ -1,47 +1,83 @@
 """The answer keys of the thought questions (instructors/answers/stepNN.md) against the chapters' code.
 
-Every number an answer states is computed here from the code it talks about, and must appear in the
-answer. Instructors only: the student release leaves this folder and the keys out.
+Every number an answer key states is checked here: recomputed from the code it talks about, read from the
+chapter's committed results (`stepNN_*/results/*.json`, which `make bench` rewrites: never typed here), or
+given by the question itself (its README text, or a constant of the model it names). `says` checks that an
+answer states a number and records what it checked; the last test of the file then finds every number in the
+keys and fails on one that no `says` checked, that the question does not give, and that `ALLOWED` does not
+list with its reason. Instructors only: the student release leaves this folder and the keys out.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+import sys
+from collections import defaultdict
 
 import pytest
 import torch
 
+from course import results
 from course.chapters import chapters
 from course.paths import REPO_ROOT
-from course.tiny import tiny_model
+from course.tiny import SMOLLM2_135M, tiny_model
+from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
 
 KEYS = REPO_ROOT / "instructors" / "answers"
 pytestmark = pytest.mark.skipif(not KEYS.is_dir(), reason="the answer keys are not part of a student release")
 GREEDY = dict(stop_token_ids=())
+NUMBER = re.compile(r"(?<!\w)[0-9]+(?:[,.][0-9]+)*")  # 8,192 and 0.0906 are one number each; h200, fp32 none
+CROSS_REFERENCE = re.compile(r"\b(?:chapter|question)s? \d+", re.I)  # "chapter 5", "question 3": not figures
+CHECKED: dict[tuple[str, int], set[str]] = defaultdict(set)  # (chapter, question) -> numbers `says` checked
+
+
+def numbers(text: str) -> set[str]:
+    """The numbers in a text, written without thousands separators (so `8192` in code is README's 8,192)."""
+    return {n.replace(",", "") for n in NUMBER.findall(text)}
+
+
+def sections(chapter: str) -> dict[int, str]:
+    """The key's answers by question number, 0 for the text above the first answer; whitespace collapsed."""
+    text = (KEYS / f"{chapter}.md").read_text()
+    parts = re.split(r"^## (\d+)\. ", text, flags=re.M)
+    found = {0: parts[0]} | {int(n): body for n, body in zip(parts[1::2], parts[2::2])}
+    return {n: " ".join(body.split()) for n, body in found.items()}
 
 
 def answer(chapter: str, n: int) -> str:
     """The text of answer `n` in the chapter's key (from its '## n.' heading to the next heading)."""
-    text = (KEYS / f"{chapter}.md").read_text()
-    m = re.search(rf"^## {n}\. .*?(?=^## |\Z)", text, re.S | re.M)
-    assert m, f"instructors/answers/{chapter}.md has no answer '## {n}.'"
-    return " ".join(m.group(0).split())
+    found = sections(chapter)
+    assert n in found, f"instructors/answers/{chapter}.md has no answer '## {n}.'"
+    return found[n]
 
 
-def says(chapter: str, n: int, *numbers: str) -> None:
+def says(chapter: str, n: int, *strings: str) -> None:
+    """Answer `n` of the chapter states each string (a number formatted as the key writes it, with its unit or
+    words around it); the numbers in them count as checked for the audit at the end of the file."""
     text = answer(chapter, n)
-    for number in numbers:
-        assert number in text, f"answer {n} of {chapter} should say {number!r} (computed from the code)"
+    for s in strings:
+        assert s in text, f"answer {n} of {chapter} should say {s!r} (computed from the code or the results)"
+        CHECKED[chapter, n] |= numbers(s)
+
+
+def package(chapter: str) -> str:
+    return next(c for c in chapters() if c.split("_")[0] == chapter)
+
+
+def question_texts(package: str) -> dict[int, str]:
+    """The thought questions of a chapter's README, by number."""
+    readme = (REPO_ROOT / package / "README.md").read_text()
+    part = readme.split("**Thought questions**", 1)[1].split("**Homework", 1)[0]
+    return {int(n): body for n, body in re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |\Z)", part, re.M | re.S)}
 
 
 def questions(package: str) -> int:
     """How many thought questions the chapter's README asks."""
-    readme = (REPO_ROOT / package / "README.md").read_text()
-    part = readme.split("**Thought questions**", 1)[1].split("**Homework", 1)[0]
-    return len(re.findall(r"^\d+\. ", part, re.M))
+    return len(question_texts(package))
 
 
 @pytest.mark.parametrize("package", [c for c in chapters()
@@ -49,6 +85,7 @@ def questions(package: str) -> int:
 def test_every_thought_question_has_an_answer(package: str):
     chapter = package.split("_")[0]
     assert (KEYS / f"{chapter}.md").is_file(), f"no answer key instructors/answers/{chapter}.md"
+    assert sorted(question_texts(package)) == list(range(1, questions(package) + 1)), "README questions renumbered?"
     for n in range(1, questions(package) + 1):
         assert len(answer(chapter, n)) > 200
     assert not re.search(rf"^## {questions(package) + 1}\. ", (KEYS / f"{chapter}.md").read_text(), re.M), \
@@ -61,9 +98,10 @@ def test_keys_cite_sources_by_name():
         assert not re.search(r"\bseed 0\d\d\b|\bBug \d\b|\bissue \d+\b|DESIGN\.md", text, re.I), key.name
 
 
-# ---------------------------------------------------------------- chapter 1
+# ---------------------------------------------------------------- shared
 
 
+@functools.cache
 def _smollm2():
     """SmolLM2's config and parameter count, read from the GGUF header (no weights converted)."""
     gguf = pytest.importorskip("gguf")
@@ -73,20 +111,76 @@ def _smollm2():
     return config_from_gguf(reader), sum(int(t.n_elements) for t in reader.tensors)
 
 
+def _h200() -> dict:
+    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200.json").read_text())
+
+
+def _h200_sweep() -> dict:
+    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_sweep.json").read_text())["sweep"]
+
+
+def _h200_engine() -> dict:
+    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_engine.json").read_text())
+
+
+def _figures(chapter: str, workload: str) -> dict:
+    """A committed run of a chapter's bench (`python -m course bench stepNN --workload W --save`)."""
+    return results.load(chapter, workload)["figures"]
+
+
+def _hash_hit(a: list[int], b: list[int], block_size: int = 16) -> int:
+    """Tokens of `b` that chapter 3's chained block hashes find once `a` is cached."""
+    from step03_prefix_hash.block_hash import hash_token_blocks
+
+    hits = 0
+    for ha, hb in zip(hash_token_blocks(a, block_size), hash_token_blocks(b[:-1], block_size)):  # last token: computed
+        if ha != hb:
+            break
+        hits += 1
+    return hits * block_size
+
+
+def _long_on_the_gpu() -> tuple[int, int]:
+    """Chapter 6's `long` workload: (prompt tokens, tokens a warm request computes past its cached blocks)."""
+    from step06_triton.e2e import workload
+
+    prompts, _ = workload("long", SMOLLM2_135M["vocab_size"])
+    shared = next(i for i, (x, y) in enumerate(zip(prompts[0], prompts[1])) if x != y)
+    return len(prompts[1]), len(prompts[1]) - shared // 16 * 16  # the engine's 16-token blocks
+
+
+# ---------------------------------------------------------------- chapter 1
+
+
 def test_step01_q1_cache_memory():
     cfg, params = _smollm2()
+    tokens = 8192  # the question's context
+    fp32_bytes, bf16_bytes = torch.float32.itemsize, torch.bfloat16.itemsize
     per_token = cfg.kv_bytes_per_token()
-    fp32 = KVCache(cfg, 8192, torch.float32, "meta").nbytes()
-    bf16 = KVCache(cfg, 8192, torch.bfloat16, "meta").nbytes()
-    says("step01", 1, f"{per_token:,} bytes", f"{fp32 // 2**20} MiB", f"{bf16 // 2**20} MiB", f"{params:,}",
-         f"{math.ceil(params * 4 / per_token):,} tokens")
+    elements = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim  # K and V
+    assert per_token == elements * fp32_bytes
+    fp32 = KVCache(cfg, tokens, torch.float32, "meta").nbytes()
+    bf16 = KVCache(cfg, tokens, torch.bfloat16, "meta").nbytes()
+    assert fp32 == tokens * per_token
+    weights = params * fp32_bytes
+    says("step01", 1, f"2 × {cfg.num_layers} layers × {cfg.num_kv_heads} KV heads × {cfg.head_dim} dims = {elements:,}",
+         f"**{per_token:,} bytes ({per_token / 1024:g} KiB) per token in fp32**",
+         f"{per_token // fp32_bytes * bf16_bytes / 1024:g} KiB in bf16",
+         f"{tokens:,} × {per_token:,} = {fp32:,} bytes = **{fp32 // 2**20} MiB**", f"`KVCache(cfg, {tokens}).nbytes()`",
+         f"In bf16: **{bf16 // 2**20} MiB**",
+         f"{params:,} parameters × {fp32_bytes} bytes = {weights:,} bytes ≈ {weights / 2**20:.0f} MiB",
+         f"**{math.ceil(weights / per_token):,} tokens**",
+         f"({weights:,} / {per_token:,} = {weights / per_token:,.1f})",
+         f"({cfg.num_kv_heads} KV heads for {cfg.num_heads} query heads) this is "
+         f"{cfg.num_heads // cfg.num_kv_heads}× later")
 
 
 def test_step01_q4_token_forwards():
+    _, params = _smollm2()
     model = tiny_model(seed=0)
     counted: list[int] = []
     model.register_forward_pre_hook(lambda module, args: counted.append(len(args[0])))
-    p, m = 38, 32
+    p, m = 38, 32  # the question's
     prompt = list(range(1, p + 1))
     totals = {}
     for cache in (False, True):
@@ -94,26 +188,76 @@ def test_step01_q4_token_forwards():
         out = generate(model, prompt, SamplingParams(max_new_tokens=m, **GREEDY), use_cache=cache)
         assert len(out) == m
         totals[cache] = sum(counted)
-    assert totals == {False: m * p + m * (m - 1) // 2, True: p + m - 1}
-    says("step01", 4, f"**{totals[False]:,}**", f"**{totals[True]}**", f"{totals[False] / totals[True]:.1f}")
+    assert totals == {False: m * p + m * (m - 1) // 2, True: p + m - 1}  # the key's two formulas
+    measured = _figures("step01", "single")
+    assert (measured["prompt_tokens"], measured["new_tokens"]) == (p, m), "the measured ratio is for another p, m"
+    says("step01", 4, "`Σ (p + j − 1) = m·p + m(m − 1)/2`", "`p + m − 1`", f"**{totals[False]:,}**",
+         f"**{totals[True]}**", f"{totals[False] / totals[True]:.1f}", f"**{measured['speedup_cache']}**",
+         f"the {params * 4 / 2**20:.0f} MiB of weights", f"a {p + m - 1}-token forward (the longest without the cache)")
 
 
 def test_step01_q6_reserved_memory():
     from step02_paged.kv_cache_manager import cdiv
 
-    says("step01", 6, f"{600 / 8192:.1%}".replace("%", " %"), f"{cdiv(600, 16)} blocks",
-         f"{8192 / (cdiv(600, 16) * 16):.1f} times")
+    reserved, used, block = 8192, 600, 16  # the question's
+    blocks = cdiv(used, block)
+    slots = blocks * block
+    says("step01", 6, f"{used} / {reserved:,} = **{used / reserved:.1%}**".replace("%", " %"),
+         f"{blocks} blocks (`⌈{used}/{block}⌉`) = {slots} slots (at most {block - 1} wasted)",
+         f"{reserved:,} / {slots} = **{reserved / slots:.1f} times**",
+         f"≈ {reserved / slots - 1:.1f} more per reserved seat")
 
 
 # ---------------------------------------------------------------- chapter 2
 
 
 def test_step02_q1_bytes_per_block():
+    from step02_paged.kv_cache_manager import cdiv
     from step02_paged.kv_pool import KVPool
 
     cfg, _ = _smollm2()
-    for bs in (1, 16, 256):
-        says("step02", 1, f"{KVPool(cfg, 1, bs, device='meta').bytes_per_block:,} bytes")
+    size = {bs: KVPool(cfg, 1, bs, device="meta").bytes_per_block for bs in (1, 16, 256)}  # the question's sizes
+    says("step02", 1, f"costs {cfg.kv_bytes_per_token():,} bytes of K and V in fp32 (all {cfg.num_layers} layers)",
+         f"**{size[1]:,} bytes ({size[1] / 1024:g} KiB)** at `block_size` 1",
+         f"**{size[16]:,} bytes ({size[16] / 1024:g} KiB)** at 16",
+         f"**{size[256]:,} bytes ({size[256] / 2**20:g} MiB)**",
+         f"slots, so {1 - 1}, {16 - 1} and {256 - 1} tokens", f"accepting up to {16 - 1} tokens of waste")
+    n = 2000  # the key's example of a sequence
+    says("step02", 1, f"{cdiv(n, 1):,} entries for a {n:,}-token sequence at size 1")
+    agree = 250  # the key's example: two prompts that agree on fewer tokens than one large block
+    a, b = list(range(1, 301)), list(range(1, agree + 1)) + list(range(1000, 1050))
+    assert _hash_hit(a, b, 256) == 0 and _hash_hit(a, b, 16) == agree // 16 * 16
+    says("step02", 1, f"agree on {agree} tokens share nothing at `block_size` 256")
+
+
+def test_step02_q2_the_preempted_sequences_tokens():
+    from step02_paged.engine import Engine, EngineConfig
+
+    sampled = 5  # the question's
+    prompt = [5, 6, 7, 8, 9, 10, 11]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)
+    outputs = {}
+    for preempt in (False, True):
+        engine = Engine(tiny_model(seed=0), EngineConfig(num_blocks=64, block_size=4))
+        seq = engine.seqs[engine.add_request(prompt, params)]
+        while len(seq.output_ids) < sampled:
+            engine.step()
+        if preempt:
+            lost = seq.num_computed_tokens - len(prompt)  # sampled tokens whose K/V are in the pool
+            engine.scheduler.running.remove(seq)
+            engine.scheduler._preempt(seq)  # what `schedule` does to its victim
+            engine.block_table.release(seq.seq_id)  # and what `step` does after it
+            assert (len(seq.output_ids), seq.block_table) == (sampled, [])
+            pending, restart = seq.num_pending_tokens - len(prompt), seq.num_computed_tokens
+        while engine.has_unfinished():
+            engine.step()
+        outputs[preempt] = list(seq.output_ids)
+    assert outputs[True] == outputs[False], "a seeded, sampled answer is unchanged by the preemption"
+    assert (lost, pending) == (sampled - 1, sampled)
+    says("step02", 2, f"(the {sampled} sampled tokens stay", f"sets `num_computed_tokens` to {restart}",
+         f"`num_pending_tokens = prompt + {pending}`",
+         f"the {lost} earlier tokens", f"the {sampled}th sampled token", f"samples the {sampled + 1}th token",
+         f"until token {sampled + 1}", f"the {sampled + 1}th draw", f"the {sampled} tokens would be sampled again")
 
 
 def test_step02_q3_chunked_prefill_beside_seven_decodes():
@@ -132,7 +276,8 @@ def test_step02_q3_chunked_prefill_beside_seven_decodes():
         assert sum(1 for s, n in batch.items() if s != long and n == 1) == 7, "every decode runs every step"
         chunks.append(batch[long])
     assert sum(chunks) == 2000
-    says("step02", 3, f"**{len(chunks)} steps**", " + ".join(map(str, chunks)))
+    says("step02", 3, f"**{len(chunks)} steps**", " + ".join(map(str, chunks)), f"carries ~{chunks[0]} prefill tokens",
+         f"TTFT: {len(chunks)} steps")
 
 
 def test_step02_q7_seat_steps():
@@ -147,8 +292,9 @@ def test_step02_q7_seat_steps():
         engine.step()
         seat_steps += len(engine.last_scheduled)  # continuous batching: only unfinished requests hold a seat
         steps += 1
-    assert seat_steps == sum(lengths) and steps == max(lengths)
-    says("step02", 7, f"**{seat_steps}**", f"8 × {steps} = {8 * steps:,}", f"**{8 * steps - seat_steps}**", "**0**")
+    assert steps == max(lengths)
+    says("step02", 7, f"**{sum(lengths)}**", f"{len(lengths)} × {steps} = {len(lengths) * steps:,}",
+         f"**{len(lengths) * steps - sum(lengths)}**", f"**{seat_steps - sum(lengths)}** seat-steps")
 
 
 # ---------------------------------------------------------------- chapter 3
@@ -156,9 +302,11 @@ def test_step02_q7_seat_steps():
 
 def test_step03_q2_a_repeated_32_token_prompt():
     from step02_paged import Engine, EngineConfig
+    from step02_paged.kv_pool import KVPool
     from step03_prefix_hash import PrefixCachingKVCacheManager
 
-    engine = Engine(tiny_model(seed=0), EngineConfig(num_blocks=64, block_size=16), PrefixCachingKVCacheManager)
+    block = 16
+    engine = Engine(tiny_model(seed=0), EngineConfig(num_blocks=64, block_size=block), PrefixCachingKVCacheManager)
     prompt = list(range(10, 42))
     hits = []
     for _ in range(2):
@@ -167,43 +315,47 @@ def test_step03_q2_a_repeated_32_token_prompt():
             hits += [out.num_cached_tokens for out in engine.step()]
     assert hits[0] == 0
     hit = hits[1]
-    says("step03", 2, f"**{hit}**", f"recomputes **{len(prompt) - hit}**")
+    assert hit == (len(prompt) - 1) // block * block
+    cfg = ModelConfig(**SMOLLM2_135M)
+    says("step03", 2, f"**{hit}**", f"recomputes **{len(prompt) - hit}**",
+         f"`({len(prompt)} − 1) // {block} = {(len(prompt) - 1) // block}` block",
+         f"{KVPool(cfg, 1, block, device='meta').bytes_per_block // 1024} KiB for SmolLM2 in fp32 at {block} tokens")
 
 
 def test_step03_q4_eight_requests_with_one_new_prefix():
     from step02_paged import Engine, EngineConfig
     from step03_prefix_hash import PrefixCachingKVCacheManager
 
+    block = 16
     model = tiny_model(seed=0, max_position_embeddings=2048)
-    engine = Engine(model, EngineConfig(num_blocks=1024, block_size=16, max_num_seqs=8, max_num_batched_tokens=8192),
-                    PrefixCachingKVCacheManager)
+    engine = Engine(model, EngineConfig(num_blocks=1024, block_size=block, max_num_seqs=8,
+                                        max_num_batched_tokens=8192), PrefixCachingKVCacheManager)
     prefix = [(7 * i) % 250 + 1 for i in range(1000)]
     ids = [engine.add_request(prefix + [i + 1], SamplingParams(max_new_tokens=2, **GREEDY)) for i in range(8)]
     engine.step()  # all eight admitted and prefilled in one step
     seqs = [engine.seqs[i] for i in ids]
     assert all(s.num_cached_tokens == 0 for s in seqs), "nothing was published when they were admitted"
     bm = engine.cache_manager.block_manager
-    full = len(prefix) // 16
+    full = len(prefix) // block
     published = {b for s in seqs for b in s.block_table[:full] if bm.entries[b] is not None}
     private = [b for s in seqs for b in s.block_table[:full] if bm.entries[b] is None]
     assert len(published) == full
-    says("step03", 4, "**8 times**", "**one copy**", f"{full} cached blocks", f"7 × {full} = {len(private)}")
-
-
-def _step03_long() -> dict:
-    """The committed `long` run of chapter 3 (`python -m course bench step03 --workload long --save`)."""
-    from course import results
-
-    return results.load("step03", "long")["figures"]
+    says("step03", 4, f"**{len(seqs)} times**", "**one copy**", f"At {block}-token blocks that is {full} cached blocks",
+         f"{len(seqs) - 1} × {full} = {len(private)}")
 
 
 def test_step03_q6_hashing_against_prefill():
-    run = _step03_long()
-    sha = 2000 * run["hash_us_per_token"] / 1000  # ms
+    run = _figures("step03", "long")
+    sha = 2000 * run["hash_us_per_token"] / 1000  # ms for the question's 2,000 tokens
     builtin = 2000 * run["hash_builtin_us_per_token"] / 1000
     ratio = run["ttft_cold_off_s"] * 1000 / sha
+    gpu_prompt, _ = _long_on_the_gpu()
+    gpu_ms = _h200_engine()["smollm2_135m"]["long"]["cache_off"]["warm_median_ms"]
     says("step03", 6, f"{run['hash_us_per_token']} µs", f"**{sha:.2f} ms**", f"{builtin:.3f} ms",
-         f"{run['ttft_cold_off_s']:.1f} s", f"**{round(ratio, -4):,.0f} times**")
+         f"{run['hash_builtin_us_per_token']} µs per token", f"{run['ttft_cold_off_s']:.1f} s",
+         f"**{round(ratio, -4):,.0f} times**",
+         f"a {gpu_prompt:,}-token prompt without the cache takes {gpu_ms:.1f} ms",
+         f"**{sha / gpu_ms:.1%}**".replace("%", " %"), f"has {sys.hash_info.width} bits")
 
 
 # ---------------------------------------------------------------- chapter 4
@@ -214,29 +366,21 @@ def _twenty_shared_tokens() -> tuple[list[int], list[int]]:
     return list(range(1, 33)), list(range(1, 21)) + list(range(100, 112))
 
 
-def _hash_hit(a: list[int], b: list[int], block_size: int = 16) -> int:
-    """Tokens of `b` that chapter 3's chained block hashes find once `a` is cached."""
-    from step03_prefix_hash.block_hash import hash_token_blocks
-
-    hits = 0
-    for ha, hb in zip(hash_token_blocks(a, block_size), hash_token_blocks(b[:-1], block_size)):  # last token: computed
-        if ha != hb:
-            break
-        hits += 1
-    return hits * block_size
-
-
 def test_step04_q1_twenty_shared_tokens():
     from step04_radix.radix_tree import RadixTree
 
     a, b = _twenty_shared_tokens()
+    block = 16
     tree = RadixTree()
     tree.insert(a, list(range(32)))
     token_hit = len(tree.match_prefix(b)[0])
     tree.insert(b, list(range(32, 64)))
     upper = tree.root.children[a[0]]
     assert len(upper.key) == token_hit and set(upper.children) == {a[token_hit], b[token_hit]}
-    says("step04", 1, f"reuses **{_hash_hit(a, b)}**", f"all **{token_hit}**", f"[0, {len(upper.key)})")
+    says("step04", 1, f"reuses **{_hash_hit(a, b, block)}**", f"all **{token_hit}**", f"[0, {len(upper.key)})",
+         f"Block 0 (tokens 0–{block - 1})", f"block 1 covers tokens {block}–{2 * block - 1}",
+         f"every token up to {len(b) - 1}", f"tokens {token_hit}–{len(b) - 1}, which differ",
+         f"Tokens {block}–{token_hit - 1} are shared")
 
 
 def test_step04_q3_what_a_block_boundary_costs():
@@ -296,12 +440,45 @@ def test_step04_q8_eight_questions_about_a_new_document():
 def test_step05_q1_split_deep_in_the_tree():
     from step05_bridge.block_radix_tree import BlockRadixTree
 
-    tree = BlockRadixTree(16)
-    head, tail = tree.span(40, 70), tree.span(70, 90)
-    assert head + tail == tree.span(40, 90)
-    first = 40 // 16
-    says("step05", 1, f"= {tree.span(40, 90)}` blocks", f"**{head} blocks, the path's blocks {first} and {first + 1}**",
-          f"**{tail} block, the path's block {first + head}**")
+    start, end, cut, B = 40, 90, 40 + 30, 16  # the question's edge, split and block size
+    tree = BlockRadixTree(B)
+    head, tail = tree.span(start, cut), tree.span(cut, end)
+    assert head + tail == tree.span(start, end)
+    first = start // B
+    blocks = list(range(first, end // B))
+    assert len(blocks) == tree.span(start, end)
+    tokens = ", ".join(f"{i * B}–{(i + 1) * B - 1}" for i in blocks)
+    says("step05", 1, f"`{end} // {B} − {start} // {B} = {tree.span(start, end)}` blocks, the path's blocks "
+         f"{', '.join(map(str, blocks[:-1]))} and {blocks[-1]} (tokens {tokens})",
+         f"the head covers [{start}, {cut})", f"**{head} blocks, the path's blocks {first} and {first + 1}**",
+         f"(`{cut} // {B} − {start} // {B}`)", f"the tail covers [{cut}, {end})",
+         f"**{tail} block, the path's block {first + head}**", f"(`{end} // {B} − {cut} // {B}`)",
+         f"Tokens {end // B * B}–{end - 1} are in the tree")
+
+
+def test_step05_q3_copy_on_write_on_diverge():
+    matched, B = 125, 16  # the question's
+    full = matched // B
+    bridge, radix, hashed = (_figures(c, "diverge") for c in ("step05", "step04", "step03"))
+    shared, warm = bridge["hf_shared_prefix_tokens"], bridge["requests"] - 1
+    assert bridge["block_size"] == B
+    assert (hashed["cached_tokens"], radix["cached_tokens"]) == (warm * (shared // B * B), warm * shared), \
+        "the warm requests of `diverge` no longer hit exactly their shared prefix"
+    says("step05", 3, f"uses {full} full blocks ({full * B} tokens)",
+         f"the block holding tokens {full * B}–{(full + 1) * B - 1}",
+         f"share {shared} tokens, {B}-token blocks reuse {shared // B * B}", f"reuse all {shared}",
+         f"the radix tree's {radix['hit_rate']:.2f} hit rate instead of the hash's {hashed['hit_rate']:.2f}")
+
+
+def test_step05_q6_bookkeeping_against_a_warm_request():
+    long = _figures("step05", "long")
+    B = long["block_size"]
+    row = next(d for d in _figures("step05", "designs")["designs"] if d["workload"] == "long")
+    bridge, hashed = row[f"bridge bs={B}"]["bookkeeping_us"], row[f"hash bs={B}"]["bookkeeping_us"]
+    warm_ms = long["ttft_on_warm_median_s"] * 1e3
+    says("step05", 6, f"**{bridge:.0f} µs** of cache bookkeeping per warm `long` request at {B}-token blocks",
+         f"the hash's: {hashed:.0f} µs", f"**{warm_ms:.0f} ms**",
+         f"**{bridge / 1e3 / warm_ms:.2%}**".replace("%", " %"))
 
 
 def test_step05_q7_references_at_block_size_one():
@@ -328,66 +505,218 @@ def test_step05_q7_references_at_block_size_one():
     bridge_refs, _ = counts["BridgeKVCacheManager"]
     _, radix_locks = counts["RadixKVCacheManager"]
     assert bridge_refs == len(prompt) * 9
-    says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}")
+    says("step05", 7, f"**{bridge_refs:,}**", f"**{radix_locks}** lock references", f"`lock_ref` {radix_locks}",
+         f"`ref_count` {bridge_refs // len(prompt)}")
 
 
 def test_step05_q8_the_textbook_split_repaired():
     from step05_bridge.block_radix_tree import BlockRadixTree
 
     first, second = list(range(1, 49)), list(range(1, 21)) + list(range(100, 112))  # they part at token 20
-    tree = BlockRadixTree(16)
+    cut, B = 20, 16
+    tree = BlockRadixTree(B)
     tree.insert(first, [100, 101, 102])
     reused, _ = tree.match_prefix(second)
     tree.insert(second, reused + [200])
     upper = tree.root.children[first[0]]
-    mine, theirs = upper.children[first[20]], upper.children[second[20]]
-    assert (len(upper.key), len(mine.key), len(theirs.key)) == (20, 28, 12)
-    assert (tree.span(0, 20), tree.span(20, 48), tree.span(20, 32)) == (len(upper.value), len(mine.value),
-                                                                      len(theirs.value))
+    mine, theirs = upper.children[first[cut]], upper.children[second[cut]]
+    assert (len(upper.key), len(mine.key), len(theirs.key)) == (cut, 28, 12)
+    assert (tree.span(0, cut), tree.span(cut, 48), tree.span(cut, 32)) == (len(upper.value), len(mine.value),
+                                                                         len(theirs.value))
     repeat, _ = tree.match_prefix(first + [999])
     offset = len(upper.key) % tree.block_size  # where the first prompt's branch starts inside block 101
-    says("step05", 8, f"**block {upper.value[0]}**", f"`span(0, 20) = {tree.span(0, 20)}`",
-         f"**blocks {mine.value[0]} and {mine.value[1]}**", f"`span(20, 48) = {tree.span(20, 48)}`",
-         f"**block {theirs.value[0]}**", f"`span(20, 32) = {tree.span(20, 32)}`", f"**offset {offset}**",
-         f"all **{len(repeat) * 16}** tokens instead of {len(reused) * 16}", f"**{20 - len(reused) * 16}** of the 20")
+    says("step05", 8, f"the upper node holds tokens 0–{cut - 1} and **block {upper.value[0]}**",
+         f"`span(0, {cut}) = {tree.span(0, cut)}`", f"holds tokens {cut}–{len(first) - 1} and "
+         f"**blocks {mine.value[0]} and {mine.value[1]}**", f"`span({cut}, {len(first)}) = {tree.span(cut, 48)}`",
+         f"holds tokens {cut}–{len(second) - 1} and **block {theirs.value[0]}**",
+         f"`span({cut}, {len(second)}) = {tree.span(cut, 32)}`", f"**offset {offset}** of block {mine.value[0]}",
+         f"{offset} = {cut} % {B}", f"block {mine.value[0]}'s last token, {(cut // B + 1) * B - 1},",
+         f"all **{len(repeat) * B}** tokens instead of {len(reused) * B}", f"**{cut - len(reused) * B}** of the 20",
+         f"({len(reused) * B}–{cut - 1}) into block {theirs.value[0]}")
+
+
+def test_step05_q9_loading_or_recomputing():
+    import inspect
+
+    from step05_bridge import BridgeKVCacheManager
+
+    flops_per_token = 2 * 1.35e8  # the question's
+    rates = _h200_engine()["smollm2_135m"]["host_tier"]["rates"]
+    matmul = _h200()["kernels"]["ceilings"]["matmul_tflop_s"]
+    load = rates["h2d_gb_s"] * 1e9 / rates["kv_bytes_per_token"]
+    assert abs(load - rates["load_tokens_s"]) / load < 0.01
+    s = SMOLLM2_135M
+    assert rates["kv_bytes_per_token"] == 2 * s["num_layers"] * s["num_kv_heads"] * s["head_dim"] * 2  # K, V in bf16
+    need = load * flops_per_token / 1e12
+    prefill = rates["prefill_tokens_s"] * flops_per_token / 1e12
+    least = inspect.signature(BridgeKVCacheManager.__init__).parameters["min_load_tokens"].default
+    says("step05", 9, f"{rates['kv_bytes_per_token']:,} bytes", f"at {rates['h2d_gb_s']} GB/s",
+         f"**{load:,.0f} tokens/s**", f"{load:,.0f} × {flops_per_token / 1e8:g} × 10⁸ FLOPs per second",
+         f"**{need:.0f} TFLOP/s**", f"**{need / matmul:.0%}**", f"{rates['prefill_tokens_s']:,} tokens/s",
+         f"about {prefill:.0f} TFLOP/s, {prefill / matmul:.1%} of the matmul rate",
+         f"**{load / rates['prefill_tokens_s']:.0f}x**", f"{matmul} TFLOP/s",
+         f"through {SMOLLM2_135M['num_layers']} layers", f"`min_load_tokens = {least}` ({least // 16} blocks)")
 
 
 # ---------------------------------------------------------------- chapter 6
 
 
-def _h200() -> dict:
-    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200.json").read_text())
-
-
 def test_step06_q1_intensity_and_ridge():
-    from course.tiny import SMOLLM2_135M
-
     c = _h200()["kernels"]["ceilings"]
-    g = SMOLLM2_135M["num_heads"] // SMOLLM2_135M["num_kv_heads"]
-    ridge = c["matmul_tflop_s"] / c["copy_tb_s"]
-    says("step06", 1, f"**{g} FLOP/byte**", "**1 FLOP/byte**", f"**{ridge:.0f} FLOP/byte**")
+    hq, hkv, d = SMOLLM2_135M["num_heads"], SMOLLM2_135M["num_kv_heads"], SMOLLM2_135M["head_dim"]
+    bf16 = torch.bfloat16.itemsize
+    grouped = 4 * hq * d / (2 * hkv * d * bf16)  # FLOPs over the bytes of K and V, per token and layer
+    alone = 4 * d / (2 * bf16 * d)  # one query head per program: every program reads its KV head again
+    assert grouped == hq / hkv
+    engine_copy = _h200_engine()["smollm2_135m"]["random"]["decode"]["copy_tb_s"]
+    assert c["copy_tb_s"] < 0.8 * engine_copy, "the key says the kernel run's copy read low: reword it"
+    says("step06", 1, f"`2 · H_kv · D` elements of {bf16} bytes", "`4 · H_q · D` FLOPs",
+         f"**{grouped:g} FLOP/byte** for SmolLM2 ({hq} query / {hkv} KV heads)",
+         f"`4 · D` FLOPs per `2 · {bf16} · D` bytes, **{alone:g} FLOP/byte**",
+         f"{c['copy_tb_s']} TB/s against {engine_copy:.2f} in the engine run",
+         f"ridge near {c['matmul_tflop_s'] / engine_copy:.0f})",
+         f"**{c['matmul_tflop_s'] / c['copy_tb_s']:.0f} FLOP/byte**")
 
 
-def test_step06_q2_splits_on_a_long_context():
-    from step06_triton.decode_attention import default_num_splits
+def test_step06_q2_splitting_a_ragged_batch():
+    from step06_triton.bench import RAGGED, ragged_lengths
+    from step06_triton.decode_attention import DECODE_TILE, FILL_PER_SM, MIN_SPLIT_LEN, PROGRAMS_PER_SM, split_plan_host
 
     res = _h200()["kernels"]
-    splits = default_num_splits(8, 8, 32768)
-    sweep = {r["splits"]: r["tb_s"] for r in res["sweep"]["decode"]
-             if (r["block_size"], r["block_n"], r["warps"], r["stages"]) == (16, 64, 4, 3)}
-    row = next(r for r in res["decode"] if (r["batch"], r["context"], r["block_size"]) == (8, 32768, 16))
-    says("step06", 2, f"**{8 * 8} programs**", f"**{splits}** splits", f"**{8 * 32 * 64 * 128 * 4:,} bytes**",
-         f"**{row['triton_tb_s']} TB/s**", f"**{row['flex_paged']['tb_s']} TB/s**",
-         f"**{sweep[1]} / {sweep[2]} / {sweep[4]} TB/s**")
+    sms = res["machine"]["sms"]
+    row = next(r for r in res["decode"] if r["ragged"] and r["heads"] == "32/8x128" and r["block_size"] == 16)
+    uniform = next(r for r in res["decode"]
+                   if not r["ragged"] and (r["batch"], r["context"], r["block_size"]) == (64, 4096, 16))
+    hkv, tile = row["hkv"], DECODE_TILE[row["d"]][0]
+    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
+    assert sum(lengths) == row["total_tokens"], "the bench's ragged batch is not the JSON's"
+    assert min(lengths) * 5 < max(lengths) * 4, "the key says the batch is ragged to the rule"
+    longest = max(lengths)
+    split_len = max(MIN_SPLIT_LEN, -(-sum(lengths) * hkv // (PROGRAMS_PER_SM * sms)))
+    plan = split_plan_host(lengths, hkv, row["max_splits"], tile, sms)
+    splits, per_split = plan[lengths.index(longest)]
+    tiles = -(-longest // tile)
+    assert sum(n for n, _ in plan) * hkv == row["programs"], "the Python rule and the JSON disagree"
+    first_programs = len(lengths) * hkv
+    assert row["first_rule_splits"] == 1 == FILL_PER_SM * sms // first_programs
+    assert uniform["programs"] == first_programs and FILL_PER_SM * sms // uniform["programs"] == 1
+    sweep = {r["per_sm"]: r["tb_s"] for r in _h200_sweep()["decode"] if r["heads"] == "32/8x128"
+             and r["batch"] == "ragged" and r["block_n"] in (None, 64) and r["warps"] in (None, 4)}
+    assert set(split_plan_host([4096] * 64, 8, uniform["max_splits"], 64)) == {(1, 4096)}
+    says("step06", 2, f"**{sum(lengths):,} tokens**", f"from {min(lengths):,} to {longest:,}",
+         f"with {hkv} KV heads and {PROGRAMS_PER_SM} programs per SM on {sms} SMs",
+         f"`split_len = max({MIN_SPLIT_LEN}, ⌈{sum(lengths):,} · {hkv} / {PROGRAMS_PER_SM * sms:,}⌉)` = "
+         f"**{split_len} tokens**", f"⌈{longest:,} / {split_len}⌉ = {-(-longest // split_len)} pieces",
+         f"whole {tile}-token tiles ({tiles} tiles, {-(-tiles // splits)} per split)",
+         f"**{splits} splits** of {per_split} tokens", f"**{row['programs']:,} programs**",
+         f"({sum(n for n, _ in plan)} splits times {hkv} KV heads), none longer than "
+         f"{max(p for _, p in plan):,} tokens", f"{len(lengths)} · {hkv} = **{first_programs} programs**",
+         f"not under {FILL_PER_SM} per SM ({FILL_PER_SM * sms})", f"the longest walks {longest:,} tokens",
+         f"the average context is {round(sum(lengths) / len(lengths)):,}",
+         f"**{row['triton_first_rule_tb_s']} TB/s**", f"**{row['triton_tb_s']} TB/s**",
+         f"**{' / '.join(str(sweep[k]) for k in sorted(sweep))} TB/s** at {' / '.join(map(str, sorted(sweep)))} "
+         f"programs per SM", f"sweep of the target shows why {PROGRAMS_PER_SM} per SM",
+         f"its {uniform['programs']} programs give `{FILL_PER_SM} · {sms} // {uniform['programs']} = 1`, **one split**",
+         f"**{uniform['triton_tb_s']} TB/s** (the first version: {uniform['first_version_tb_s']})")
 
 
 def test_step06_q4_contiguous_bytes_per_head_and_block():
-    says("step06", 4, f"**{16 * 128 * 2:,} bytes**")
+    row = next(r for r in _h200()["kernels"]["decode"] if r["heads"] == "32/8x128")  # the bench's big shape
+    block, d, bf16 = row["block_size"], row["d"], torch.bfloat16.itemsize
+    says("step06", 4, f"**{block * d * bf16:,} bytes** at block {block}, head_dim {d} in bf16, against "
+                      f"{1 * d * bf16} bytes at block 1")
 
 
-def test_step06_q7_the_step_without_python():
-    e = _h200()["engine"]
-    fused, gpu = e["engine_triton_graphs_fused"], e["where_time_goes"]["gpu_ms_per_decode_step"]
-    bound = 64 / gpu * 1e3
-    says("step06", 7, f"**{fused['wall_s'] / fused['steps'] * 1e3:.2f} ms per step**", f"**{gpu} ms**",
-         f"**{bound:,.0f} tokens/s**", f"**{bound / fused['tokens_per_s']:.1f}x**")
+def test_step06_q5_the_bytes_read_back():
+    says("step06", 5, f"`q · H_kv · D · {torch.bfloat16.itemsize}` bytes per layer")
+
+
+def test_step06_q6_an_empty_context():
+    from step06_triton.decode_attention import split_plan_host
+
+    assert split_plan_host([0, 100], 1, 4) == [(1, 64), (1, 128)]
+    says("step06", 6, "**one split**", "**zeros**")
+
+
+def test_step06_q7_the_two_loops_from_their_parts():
+    e = _h200_engine()
+    d, big = e["smollm2_135m"]["random"]["decode"], e["llama_3_2_1b"]["random"]["decode"]
+    step, gpu = d["sync"]["host_ms_per_step"], d["sync"]["gpu_ms_per_step"]
+    host = step - gpu
+    overlap = d["overlap"]
+    per_kernel = d["gpu_us_per_step"] / d["kernels_per_step"]
+    assert overlap["gpu_ms_per_step"] > host, "the key says the GPU is now the longer part on SmolLM2"
+    assert big["gpu_us_per_step"] / big["floor_us"] < d["gpu_us_per_step"] / d["floor_us"], \
+        "the key says the 1B shape's replay is much nearer its floor"
+    says("step06", 7, f"**{step} ms**", f"**{gpu} ms**", f"**{host:.2f} ms**",
+         f"**{max(host, overlap['gpu_ms_per_step']):.2f} ms**",
+         f"{overlap['decode_wall_ms']} ms over {overlap['decode_steps']} steps",
+         f"**{overlap['decode_wall_ms'] / overlap['decode_steps']:.2f} ms**",
+         f"{d['gpu_us_per_step']} µs against a floor of {d['floor_us']} µs",
+         f"{big['gpu_us_per_step']} µs against a floor of {big['floor_us']} µs",
+         f"{d['kernels_per_step']} kernels at **{per_kernel:.1f} µs**", f"**{d['floor_us'] / per_kernel:.0f} kernels**")
+
+
+def test_step06_q9_the_warm_requests_floor():
+    e = _h200_engine()
+    sms = _h200()["kernels"]["machine"]["sms"]
+    d, long = e["smollm2_135m"]["random"]["decode"], e["smollm2_135m"]["long"]
+    per_kernel = d["gpu_us_per_step"] / d["kernels_per_step"]
+    prompt, new = _long_on_the_gpu()
+    assert round(prompt / new, 1) == long["token_bound"], "the token bound is not the workload's prompt / new tokens"
+    says("step06", 9, f"**{long['warm_forward_gpu_us']} µs**", f"{long['host_us_per_warm_request']} µs of host work",
+         f"step's ({d['kernels_per_step']})", f"at {per_kernel:.1f} µs each",
+         f"**{d['kernels_per_step'] * per_kernel / 1e3:.1f} ms**", f"not the {new} tokens",
+         f"{long['cache_on']['cold_ms']} ms", f"token bound ({long['token_bound']}x)",
+         f"**{long['cache_on']['cold_ms'] / long['token_bound']:.2f} ms**",
+         f"for a {new}-token chunk ({SMOLLM2_135M['num_heads']} programs per layer on {sms} SMs)")
+
+
+# ---------------------------------------------------------------- the audit: keep it last
+
+
+# Numbers a key may state that no test computes and the question does not give: the constants of a formula or a
+# position. Each entry says why; the audit fails on an entry the key no longer needs.
+ALLOWED: dict[tuple[str, int], dict[str, str]] = {
+    ("step01", 3): {"1": "O(1), a complexity"},
+    ("step01", 5): {"0": "positions `0 … n`", "1": "the ± 1 of a position range"},
+    ("step02", 4): {"1": "`ref_count` 1: the mark of a held block"},
+    ("step03", 1): {"0": "block 0", "1": "block 1 and `h_{i−1}`"},
+    ("step03", 3): {"0": "block 0 and a count of 0", "1": "block 1"},
+    ("step03", 5): {"0": "block 0"},
+    ("step04", 2): {"0": "a count of 0", "1": "a count ≥ 1, and count + 1"},
+    ("step05", 1): {"0": "counting from 0 inside the edge, the wrong origin"},
+    ("step05", 2): {"0": "the root's depth 0", "1": "the index j − 1 of a telescoping sum"},
+    ("step05", 3): {"1": "`ref_count` 1: the new block's one holder"},
+    ("step05", 5): {"1": "`ref_count` ≥ 1"},
+    ("step05", 6): {"0": "a hit rate near 0: when to bypass, not a figure"},
+    ("step06", 3): {"1": "exp(0) = 1, and a denominator grown by 1", "2": "base 2, the kernel's exp2"},
+}
+
+
+def test_every_number_in_the_keys_is_checked(file_outcomes: dict[str, str]):
+    """Every number in every key was checked by a `says` of this file for its question, is given by the
+    question's README text, or is in `ALLOWED`: a number typed only in the markdown fails here."""
+    tests = {name for name in globals() if name.startswith("test_")} - {"test_every_number_in_the_keys_is_checked"}
+    missing = sorted(tests - {name.split("[")[0] for name in file_outcomes})
+    if missing:
+        pytest.skip(f"run the whole file: the audit reads what every test of it checked, and {len(missing)} were not "
+                    f"selected ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''})")
+    unfinished = sorted(f"{name} ({outcome})" for name, outcome in file_outcomes.items() if outcome != "passed")
+    if unfinished:
+        pytest.skip(f"the audit reads what every test of its file checked, and some did not pass: "
+                    f"{', '.join(unfinished)}")
+    unchecked, unused = [], []
+    for key in sorted(KEYS.glob("*.md")):
+        chapter = key.stem
+        asked = question_texts(package(chapter))
+        for n, text in sections(chapter).items():
+            stated = numbers(CROSS_REFERENCE.sub("", text))
+            allowed = ALLOWED.get((chapter, n), {})
+            known = CHECKED[chapter, n] | numbers(asked.get(n, ""))
+            unchecked += [f"{chapter} answer {n}: {x}" for x in sorted(stated - known - set(allowed))]
+            unused += [f"{chapter} answer {n}: {x}" for x in sorted(set(allowed) - (stated - known))]
+    assert not unchecked, ("numbers typed only in the keys: check each with `says` (computed from the code or read "
+                           "from the committed results), or list it in ALLOWED with its reason:\n"
+                           + "\n".join(unchecked))
+    assert not unused, "ALLOWED entries the keys no longer need (remove them):\n" + "\n".join(unused)

@@ -194,7 +194,7 @@ def test_locking_a_detached_node_is_refused():
     tree, _ = build([1, 2], [3])
     _, node = tree.match_prefix([3])
     tree.match_prefix([1, 2])  # now [3] is the least recently used leaf
-    tree.evict(1, lambda slots: None)
+    tree.evict(1, lambda leaf: None)
     assert not tree.contains(node)
     with pytest.raises(ValueError, match="not in this tree"):
         tree.inc_lock_ref(node)
@@ -208,11 +208,11 @@ def test_evict_takes_least_recently_used_leaves_first():
     tree, offered = build([1, 1], [2, 2, 2], [3, 3, 3, 3])
     tree.match_prefix([1, 1])  # [1, 1] is now the most recent; [2, 2, 2] the oldest
     freed: list[list[int]] = []
-    assert tree.evict(1, freed.append) == 3, "whole leaves go: a little more than asked"
+    assert tree.evict(1, lambda leaf: freed.append(leaf.value)) == 3, "whole leaves go: a little more than asked"
     assert freed == [offered[(2, 2, 2)]]
-    assert tree.evict(5, freed.append) == 6
+    assert tree.evict(5, lambda leaf: freed.append(leaf.value)) == 6
     assert freed[1:] == [offered[(3, 3, 3, 3)], offered[(1, 1)]]
-    assert tree.total_size == 0 and tree.evict(10, freed.append) == 0
+    assert tree.total_size == 0 and tree.evict(10, lambda leaf: freed.append(leaf.value)) == 0
     tree.check_invariants()
 
 
@@ -222,13 +222,13 @@ def test_evict_never_touches_locked_nodes():
     _, node = tree.match_prefix([1, 2, 3])
     tree.inc_lock_ref(node)
     freed: list[int] = []
-    assert tree.evict(100, freed.extend) == 3, "only [4] and [5, 6] are evictable"
+    assert tree.evict(100, lambda leaf: freed.extend(leaf.value)) == 3, "only [4] and [5, 6] are evictable"
     assert sorted(freed) == sorted(offered[(1, 2, 4)][2:] + offered[(5, 6)])
     assert tree.match_prefix([1, 2, 3])[0] == offered[(1, 2, 3)]
     assert tree.evictable_size == 0 and tree.protected_size == 3
     tree.check_invariants()
     tree.dec_lock_ref(node)
-    assert tree.evict(100, freed.extend) == 3 and tree.total_size == 0
+    assert tree.evict(100, lambda leaf: freed.extend(leaf.value)) == 3 and tree.total_size == 0
     tree.check_invariants()
 
 
@@ -236,12 +236,12 @@ def test_evict_never_touches_locked_nodes():
 def test_a_parent_that_becomes_an_unlocked_leaf_joins_the_candidates():
     tree, offered = build([1, 2, 3], [1, 2, 4])  # root -> [1,2] -> {[3], [4]}
     order: list[list[int]] = []
-    assert tree.evict(4, order.append) == 4, "both leaves, then their parent, in one call"
+    assert tree.evict(4, lambda leaf: order.append(leaf.value)) == 4, "both leaves, then their parent, in one call"
     assert order[-1] == offered[(1, 2, 3)][:2], "the parent goes after its children"
     tree, _ = build([1, 2, 3], [1, 2, 4])
     _, upper = tree.match_prefix([1, 2])
     tree.inc_lock_ref(upper)
-    assert tree.evict(4, order.append) == 2 and tree.total_size == 2, "a locked parent stays"
+    assert tree.evict(4, lambda leaf: order.append(leaf.value)) == 2 and tree.total_size == 2, "a locked parent stays"
     tree.check_invariants()
 
 
@@ -250,7 +250,7 @@ def test_evictable_leaves_are_listed_in_lru_order():
     tree, _ = build([1], [2], [3])
     tree.match_prefix([1])
     assert [n.key for n in tree.evictable_leaves()] == [[2], [3], [1]]
-    tree.evict(1, lambda s: None)
+    tree.evict(1, lambda leaf: None)
     assert [n.key for n in tree.evictable_leaves()] == [[3], [1]]
 
 

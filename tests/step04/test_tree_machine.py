@@ -65,7 +65,7 @@ class TreeMachine(RuleBasedStateMachine):
     def evict(self, n):
         evictable = self.tree.evictable_size
         freed: list[int] = []
-        got = self.tree.evict(n, freed.extend)
+        got = self.tree.evict(n, lambda leaf: freed.extend(leaf.value))
         assert got == len(freed) and got >= min(n, evictable)
         assert got <= evictable, "evicted locked tokens"
         self.free += freed
@@ -89,7 +89,7 @@ class TreeMachine(RuleBasedStateMachine):
         for node, _ in self.locks:
             self.tree.dec_lock_ref(node)
         assert self.tree.protected_size == 0
-        self.tree.evict(POOL, self.free.extend)
+        self.tree.evict(POOL, lambda leaf: self.free.extend(leaf.value))
         assert self.tree.total_size == 0 and sorted(self.free) == list(range(POOL))
         self.tree.check_invariants()
 

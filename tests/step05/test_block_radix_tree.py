@@ -126,7 +126,7 @@ class BlockTreeMachine(RuleBasedStateMachine):
     @rule(n=st.integers(0, 8))
     def evict(self, n):
         freed: list[int] = []
-        got = self.tree.evict(n, freed.extend)
+        got = self.tree.evict(n, lambda leaf: freed.extend(leaf.value))
         assert got == len(freed)
         self.free += freed
         gone = set(freed)
@@ -147,7 +147,7 @@ class BlockTreeMachine(RuleBasedStateMachine):
     def teardown(self):
         for node, _ in self.locks:
             self.tree.dec_lock_ref(node)
-        self.tree.evict(10**9, self.free.extend)  # everything: leaves that own no block go too
+        self.tree.evict(10**9, lambda leaf: self.free.extend(leaf.value))  # everything: leaves that own no block go too
         assert self.tree.total_size == 0 and sorted(self.free) == list(range(POOL))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-import step06_triton  # noqa: F401 - interpreter on a CPU
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
 from step06_triton.engine import make_engine

@@ -1,17 +1,27 @@
 """Each kernel against the torch path it replaces (chapter 2's slots, chapter 1's `attention` over the gathered
-K/V): partial last blocks, blocks of 1 and 16, contexts of one token and of many blocks, splits that get no
-keys, GQA groups 1, 3 (SmolLM2), 4 and 8, head_dim 64 and 128, slot -1; fp32 and fp16. On a CPU the kernels
-run through Triton's interpreter (shapes stay tiny); on a GPU the same tests run compiled."""
+K/V): partial last blocks, blocks of 1 and 16, contexts of one token and of many blocks, the decode launch
+rule's edge cases (the plan on the device against the host's), GQA groups 1, 3 (SmolLM2), 4 and 8, head_dim
+64 and 128, slot -1; fp32 and fp16. On a CPU the kernels run through Triton's interpreter (conftest.py turns it
+on; shapes stay tiny); on a GPU the same tests run compiled."""
 from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import step06_triton  # noqa: F401 - sets TRITON_INTERPRET on a CPU before any kernel is defined
 from step01_kvcache.attention import attention
-from step06_triton.decode_attention import default_num_splits, paged_decode_attention
+from step06_triton.decode_attention import (
+    FILL_PER_SM,
+    MAX_SPLITS,
+    PROGRAMS_PER_SM,
+    num_kv_splits,
+    paged_decode_attention,
+    split_plan,
+    split_plan_host,
+)
 from step06_triton.extend_attention import extend_attention
 from step06_triton.store_kvcache import store_kvcache
 
@@ -114,6 +124,10 @@ def test_store_rejects_mismatched_shapes():
 
 
 # ---- paged decode ------------------------------------------------------------------------------------------
+# The launch rule splits by work: tiny contexts split only on a tiny GPU (one SM) with short splits allowed.
+SPLIT_ALL = dict(min_split_len=16, num_sms=1, block_n=16)
+
+
 @pytest.mark.task("task6.address")
 @pytest.mark.task("task6.online_softmax")
 @pytest.mark.task("task6.merge")
@@ -124,26 +138,82 @@ def test_decode_matches_torch_on_ragged_contexts(block_size, group):
     pool = Pool(lengths, block_size, num_kv_heads=2, head_dim=64, seed=group)
     q = torch.randn(len(lengths), 2 * group, 64, device=DEVICE)
     out = poisoned(q.shape, q.dtype)
-    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits=3, out=out, block_n=16)
+    assert [n for n, _ in split_plan_host(lengths, 2, 8, 16, 1, 16)] == [1, 1, 3, 5]
+    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, 8, out=out, **SPLIT_ALL)
     assert_close(out, reference_decode(pool, q), torch.float32)
+
+
+@triton.jit
+def _plan_kernel(seq_lens_ptr, plan_ptr, batch, max_splits, min_split_len, num_sms, H_KV: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    b = tl.program_id(0)
+    n, split_len = split_plan(seq_lens_ptr, batch, tl.load(seq_lens_ptr + b), max_splits, min_split_len,
+                              PROGRAMS_PER_SM * num_sms, FILL_PER_SM * num_sms, H_KV, BLOCK_N)
+    tl.store(plan_ptr + 2 * b, n)
+    tl.store(plan_ptr + 2 * b + 1, split_len)
+
+
+@pytest.mark.parametrize("lengths,max_splits,num_sms", [
+    ([1, 300], 16, 1),  # a 1-token sequence beside a long one: one split against many
+    ([20], 8, 4),  # more splits in the grid than tiles in the context: the rule asks only for what has keys
+    ([5, 3, 1], 8, 1),  # every split but the first empty: one program per sequence
+    ([300, 10], 3, 4),  # the grid caps the splits: they grow longer instead
+    ([0, 40], 4, 4),  # an empty context still gets its one split (which writes 0)
+    ([64, 60, 57], 8, 1),  # within 20%: split only to fill the GPU (4 programs per SM)
+    ([64, 60, 57], 8, 64),  # ... a big GPU: as many as min_split_len allows
+    (list(range(1, 301)), 8, 8),  # more sequences than one 128-wide load: the total is summed in a loop
+])
+def test_device_split_plan_is_the_host_rule(lengths, max_splits, num_sms):
+    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+    plan = torch.full((len(lengths), 2), -1, dtype=torch.int64, device=DEVICE)
+    _plan_kernel[(len(lengths),)](seq_lens, plan, len(lengths), max_splits, 16, num_sms, H_KV=2, BLOCK_N=16)
+    expect = split_plan_host(lengths, 2, max_splits, 16, num_sms, 16)
+    assert [tuple(r) for r in plan.tolist()] == expect
+    for n, (splits, split_len) in zip(lengths, expect):
+        assert 1 <= splits <= max_splits and split_len % 16 == 0
+        assert (splits - 1) * split_len < max(n, 1) <= splits * split_len, "each split has keys; they cover it all"
 
 
 @pytest.mark.task("task6.merge")
-@pytest.mark.parametrize("num_splits", [1, 2, 8])
-def test_decode_splits_that_get_no_keys(num_splits):
-    """Eight splits over a 20-token context: two tiles of 16, so six splits are empty and must weigh nothing."""
-    pool = Pool([20, 3], block_size=4, num_kv_heads=1, head_dim=64, seed=num_splits)
-    q = torch.randn(2, 3, 64, device=DEVICE)
+@pytest.mark.parametrize("lengths,max_splits", [([1, 300], 16), ([20, 3], 8), ([5, 3, 1], 8), ([300], 3)])
+def test_decode_edge_cases_of_the_launch_rule(lengths, max_splits):
+    """A 1-token sequence beside a long one, more splits than tiles, every split empty but one, a capped grid."""
+    pool = Pool(lengths, block_size=4, num_kv_heads=1, head_dim=64, seed=max_splits)
+    q = torch.randn(len(lengths), 3, 64, device=DEVICE)
     out = poisoned(q.shape, q.dtype)
-    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits, out=out, block_n=16)
+    paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, max_splits, out=out,
+                           min_split_len=16, num_sms=1, block_n=16)
     assert_close(out, reference_decode(pool, q), torch.float32)
+
+
+def test_decode_of_an_empty_context_is_zero():
+    pool = Pool([1, 9], block_size=4, num_kv_heads=1, head_dim=64)
+    q = torch.randn(2, 1, 64, device=DEVICE)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, torch.tensor([0, 9], device=DEVICE), 4,
+                                 **SPLIT_ALL)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert_close(out[1:], reference_decode(pool, q)[1:], torch.float32)
+
+
+def test_decode_grid_fixed_for_a_longer_context_gives_the_same_answer():
+    """As in a CUDA graph: the grid, block table width and batch are sized for more than this step needs; the
+    lengths change on the device only. int64 block tables too."""
+    pool = Pool([40, 7], block_size=4, num_kv_heads=2, head_dim=64, seed=5)
+    q = torch.randn(2, 6, 64, device=DEVICE)
+    exact = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_kv_splits(40, 16),
+                                   **SPLIT_ALL)
+    wide = torch.zeros(2, 32, dtype=torch.int64, device=DEVICE)
+    wide[:, : pool.block_table.shape[1]] = pool.block_table
+    fixed = paged_decode_attention(q, pool.k, pool.v, wide, pool.seq_lens, **SPLIT_ALL)  # bound from the width
+    assert_close(exact, reference_decode(pool, q), torch.float32)
+    assert torch.equal(exact, fixed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_decode_head_dim_128_and_fp16(dtype):
     pool = Pool([9, 33], block_size=16, num_kv_heads=2, head_dim=128, dtype=dtype, seed=3)
     q = torch.randn(2, 8, 128, device=DEVICE).to(dtype)
-    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, num_splits=2, block_n=16)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, 2, **SPLIT_ALL)
     assert out.dtype == dtype
     assert_close(out, reference_decode(pool, q), dtype)
 
@@ -153,7 +223,7 @@ def test_decode_rejects_bad_input():
     with pytest.raises(ValueError, match="grouped"):
         paged_decode_attention(torch.zeros(1, 3, 64, device=DEVICE), pool.k, pool.v, pool.block_table,
                                pool.seq_lens, 1)
-    with pytest.raises(ValueError, match="num_splits"):
+    with pytest.raises(ValueError, match="max_splits"):
         paged_decode_attention(torch.zeros(1, 4, 64, device=DEVICE), pool.k, pool.v, pool.block_table,
                                pool.seq_lens, 0)
     with pytest.raises(ValueError, match="head_dim"):
@@ -161,10 +231,29 @@ def test_decode_rejects_bad_input():
         paged_decode_attention(torch.zeros(1, 2, 24, device=DEVICE), odd, odd, pool.block_table, pool.seq_lens, 1)
 
 
-def test_default_num_splits_fills_the_gpu_without_tiny_splits():
-    assert default_num_splits(64, 8, 4096) == 1  # 512 programs already
-    assert default_num_splits(8, 8, 32768) == 8  # 64 programs: split each context in 8
-    assert default_num_splits(1, 1, 100) == 1  # never a split shorter than two 64-token tiles
+def test_a_ragged_batch_is_cut_by_work_a_uniform_one_only_to_fill_the_gpu():
+    ragged = [8192, 4096, 100, 1] * 16  # what an engine runs: a few long contexts among short ones
+    want = -(-sum(ragged) * 8 // (PROGRAMS_PER_SM * 132))  # tokens per program if the K/V were cut evenly
+    plan = split_plan_host(ragged, 8, 64, 64)
+    assert plan[:4] == [(11, 768), (6, 704), (1, 128), (1, 64)]  # long contexts split, short ones stay whole
+    assert all(length <= want + 64 for _, length in plan), "no split much longer than the even cut"
+    assert set(split_plan_host([4096] * 64, 8, 64, 64)) == {(1, 4096)}  # 512 equal programs fill 132 SMs
+    assert set(split_plan_host([32768] * 8, 8, 64, 64)) == {(8, 4096)}  # 64 do not: 8 splits, 4 per SM
+    # within 20% but 12 x 8 programs cannot fill 132 SMs: split, but never under min_split_len (512) tokens
+    assert set(split_plan_host([1000, 1100, 1200] * 4, 8, 64, 64)) == {(2, 512), (3, 384), (3, 448)}
+    assert num_kv_splits(8192) == 16 and num_kv_splits(100) == 1  # the grid: enough for the longest context
+    assert num_kv_splits(10**6) == 64  # capped: the merge holds every split in registers
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 20000), min_size=1, max_size=40), st.sampled_from([1, 3, 8]),
+       st.sampled_from([16, 64]), st.integers(1, 200))
+def test_num_kv_splits_bounds_every_plan(lengths, heads, block_n, num_sms):
+    """The host's grid, from the longest context alone, always has room for the device's plan."""
+    bound = num_kv_splits(max(lengths))
+    plan = split_plan_host(lengths, heads, bound, block_n, num_sms)
+    assert max(n for n, _ in plan) <= bound
+    assert split_plan_host(lengths, heads, MAX_SPLITS, block_n, num_sms) == plan, "the bound never binds"
 
 
 # ---- prefill with prefix -----------------------------------------------------------------------------------
@@ -211,7 +300,7 @@ def test_decode_and_extend_on_random_block_tables(case):
     pool = Pool(case["lengths"], case["block_size"], num_kv_heads=1, head_dim=64, seed=case["seed"])
     g = case["group"]
     q = torch.randn(len(case["lengths"]), g, 64, device=DEVICE)
-    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, case["splits"], block_n=16)
+    out = paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, case["splits"], **SPLIT_ALL)
     assert_close(out, reference_decode(pool, q), torch.float32)
     q_lens = case["q_lens"]
     qx = torch.randn(sum(q_lens), g, 64, device=DEVICE)
