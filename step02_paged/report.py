@@ -54,7 +54,8 @@ def host_block(rec: dict) -> list[str]:
     lines = ["", f"**Host work per decode step**: {f['requests']} sequences decoding at once, a "
              "model that returns zeros at once and an attention backend with no per-step host work, so what is "
              "timed is the engine itself (scheduler, cache manager, block-table rows, the step's batch, sampling, "
-             f"bookkeeping): median µs of {f['steps_timed']} steps. " + provenance([rec], "no model"), "",
+             f"bookkeeping): µs per step, the median of {f['steps_timed']} steps, the best of "
+             f"{f.get('rounds', 1)} rounds. " + provenance([rec], "no model"), "",
              "![host µs per decode step against the context](results/host.svg)", ""]
     lines += table(["manager"] + [f"{c} tok" for c in contexts] + ["longest / shortest"],
                    [[name] + [row[c] for c in contexts] + [f"{f['growth_longest_over_shortest'][name]}x"]

@@ -27,3 +27,14 @@ def test_left_padded_batch_answers_like_one_request_at_a_time():
     steps = len(out["held_tokens"])
     assert 1 <= steps <= params.max_new_tokens
     assert out["held_tokens"] == [len(prompts) * (20 + t) for t in range(1, steps + 1)]  # every row as long as 20
+
+
+def test_host_bench_times_every_chapters_manager():
+    """The host bench finds every chapter's cache manager, runs each with 64 sequences decoding, and keeps every
+    cell's best round; on tiny contexts (timings themselves are not tested)."""
+    from step02_paged.host_bench import host_bench
+
+    result = host_bench(contexts=(32, 64), rounds=2)
+    assert set(result["host_us_per_step"]) == {"none", "hash", "radix", "bridge"}
+    assert all(us > 0 for row in result["host_us_per_step"].values() for us in row.values())
+    assert result["rounds"] == 2 and set(result["growth_longest_over_shortest"]) == set(result["host_us_per_step"])
