@@ -33,8 +33,9 @@ Life of a request (chapter 4's, with blocks and a second count):
 
 The host tier (optional, `host_blocks > 0`; see host_pool.py): eviction copies a prefix's blocks to host memory and
 files its tokens in a second BlockRadixTree, `host_tree`, instead of forgetting them; a lookup that finds more of
-its prompt there than on the device brings those blocks back (`_load_back`), unless the span is too short to beat
-recomputing it (`min_load_tokens`). Requests never hold host blocks: the host tree is their only holder.
+its prompt there than on the device says so (`TieredMatch`), unless the span is too short to beat recomputing it
+(`min_load_tokens`), and admission brings those blocks back (`_load_back`). Requests never hold host blocks: the
+host tree is their only holder.
 
 Admission, the move of the lock and the invariants that tie a request to its place in the tree are chapter 4's
 (`allocate_on_tree`, `move_lock`, `check_tree_holders`): they do not depend on who counts what. What differs is
@@ -44,6 +45,7 @@ tree one on every block it adopts, a duplicate is swapped for the tree's block, 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from step01_kvcache.request import SamplingParams
 from step02_paged.block_manager import BlockManager
@@ -53,6 +55,7 @@ from step04_radix.radix_cache import (
     RadixSequence,
     TreeMatch,
     allocate_on_tree,
+    check_match,
     check_tree_holders,
     move_lock,
     reset_tree,
@@ -61,6 +64,16 @@ from step04_radix.radix_tree import TreeNode
 
 from .block_radix_tree import BlockRadixTree
 from .host_pool import HostPool
+
+
+@dataclass(frozen=True)
+class TieredMatch(TreeMatch):
+    """A match that continues on the host tier: `blocks` and `node` are the device's; `host_blocks` (host block
+    ids) hold the next tokens, up to `host_node` in the host tree. `num_tokens` counts both tiers, so the
+    scheduler computes only what neither holds; admission copies the host part in before sharing."""
+
+    host_blocks: tuple[int, ...] = ()
+    host_node: TreeNode | None = None
 
 
 class BridgeKVCacheManager(CacheManager):
@@ -83,17 +96,29 @@ class BridgeKVCacheManager(CacheManager):
     # ---- admission ---------------------------------------------------------------------------------------
     def get_computed_blocks(self, seq: RadixSequence) -> TreeMatch:
         """The full blocks of the longest cached prefix (all but the last token may match) and the node where
-        the token match ends. Block-aligned by construction: the path to a node at depth d owns d // B blocks."""
+        the token match ends. Block-aligned by construction: the path to a node at depth d owns d // B blocks.
+        With a host tier, a longer prefix there (long enough to be worth copying: `min_load_tokens`) makes a
+        `TieredMatch`, loaded on admission. Looks only, as the interface promises: a cache-aware policy may ask
+        about every waiting request."""
         tokens = seq.all_token_ids[: seq.num_tokens - 1]
         blocks, node = self.tree.match_prefix(tokens)
-        if self.host_tree is not None:  # more of it on the host tier? bring it back (the lookup's one side effect)
-            blocks, node = self._load_back(tokens, blocks, node)
+        if self.host_tree is not None:
+            host_blocks, host_node = self.host_tree.match_prefix(tokens)
+            missing = host_blocks[len(blocks):]
+            if missing and len(missing) * self.block_size >= self.min_load_tokens:
+                return TieredMatch(tuple(blocks), len(host_blocks) * self.block_size, node, tuple(missing),
+                                   host_node)
         return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
 
     def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
         """Chapter 4's admission (lock the match's node, evict if short, allocate, all or nothing), then level 1
-        of the count: on admission the request holds each block it shares with the tree."""
+        of the count: on admission the request holds each block it shares with the tree. A match with a host
+        part is loaded first (`_load_back`), and then shared like any device match."""
         admitting = seq.seq_id not in self.holders
+        if admitting and isinstance(match, TieredMatch):
+            match = self._load_back(seq, num_new_tokens, match)
+            if match is None:
+                return False
         if not allocate_on_tree(self, seq, num_new_tokens, match):
             return False
         if admitting and match:
@@ -141,28 +166,32 @@ class BridgeKVCacheManager(CacheManager):
             host.save(todo, new)
             self.host_tree.insert(tokens[: (len(have) + len(todo)) * self.block_size], have + new)
 
-    def _load_back(self, tokens: list[int], blocks: list[int], node: TreeNode) -> tuple[list[int], TreeNode]:
-        """The lookup found `blocks` on the device; if the host tier holds a longer block-aligned prefix, and the
-        extra span is long enough to be cheaper to copy than to recompute, copy it into new device blocks and
-        give them to the tree. Returns the device match, extended or not."""
-        host_blocks, host_node = self.host_tree.match_prefix(tokens)
-        missing = host_blocks[len(blocks):]
-        if not missing or len(missing) * self.block_size < self.min_load_tokens:
-            return blocks, node  # a short span: recomputing it costs less than the copy
+    def _load_back(self, seq: RadixSequence, num_new_tokens: int, match: TieredMatch) -> TreeMatch | None:
+        """Admission of a match with a host part: make room for the host blocks' copies and for the new tokens at
+        once, copy the host blocks into new device blocks and give them to the device tree. Returns the device
+        match that now covers them, or None when the pool cannot hold both (nothing is loaded)."""
+        check_match(self.tree, seq, True, TreeMatch(match.blocks, len(match.blocks) * self.block_size, match.node))
+        if not self.host_tree.contains(match.host_node) or \
+                self.host_tree.prefix_blocks(match.host_node)[len(match.blocks):] != list(match.host_blocks):
+            raise ValueError(f"sequence {seq.seq_id}: stale match, its host part was dropped since the lookup; "
+                             "call get_computed_blocks again")
+        device_node = match.node or self.tree.root
         # BEGIN SOLUTION task5.load_back points=3
         bm = self.block_manager
-        self.tree.inc_lock_ref(node)  # making room must not evict the device part of this very prefix,
-        self.host_tree.inc_lock_ref(host_node)  # nor the host part we are about to read
-        if len(missing) > bm.num_free:
-            self.evict(len(missing) - bm.num_free)
-        self.tree.dec_lock_ref(node)
-        self.host_tree.dec_lock_ref(host_node)
-        if not bm.can_allocate(len(missing)):
-            return blocks, node
-        new = bm.allocate(len(missing))  # their allocation becomes the device tree's reference
-        self.host.load(missing, new)
-        self.tree.insert(tokens[: len(host_blocks) * self.block_size], blocks + new)
-        return self.tree.match_prefix(tokens)
+        need = self.blocks_needed(seq, num_new_tokens, match)  # the host blocks' copies + the new tokens' blocks
+        self.tree.inc_lock_ref(device_node)  # making room must not evict the device part of this very prefix,
+        self.host_tree.inc_lock_ref(match.host_node)  # nor the host part we are about to read
+        if need > bm.num_free:
+            self.evict(need - bm.num_free)
+        self.tree.dec_lock_ref(device_node)
+        self.host_tree.dec_lock_ref(match.host_node)
+        if not bm.can_allocate(need):
+            return None
+        new = bm.allocate(len(match.host_blocks))  # their allocation becomes the device tree's reference
+        self.host.load(list(match.host_blocks), new)
+        self.tree.insert(seq.all_token_ids[: match.num_tokens], list(match.blocks) + new)
+        blocks, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
+        return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
         # END SOLUTION
 
     # ---- caching computed tokens -------------------------------------------------------------------------

@@ -28,8 +28,9 @@ class HostPool:
         layers, _, block_size, heads, dim = pool.k.shape
         on_gpu = pool.k.is_cuda
         shape = (num_blocks, layers, block_size, heads, dim)
-        self.k = torch.zeros(shape, dtype=pool.k.dtype, pin_memory=on_gpu)
-        self.v = torch.zeros(shape, dtype=pool.k.dtype, pin_memory=on_gpu)
+        with torch.inference_mode(False):  # made during a step or not, it is written outside one too (an eviction)
+            self.k = torch.zeros(shape, dtype=pool.k.dtype, pin_memory=on_gpu)
+            self.v = torch.zeros(shape, dtype=pool.k.dtype, pin_memory=on_gpu)
         self.pool = pool
         self.block_manager = BlockManager(num_blocks)
         self.stream = torch.cuda.Stream(pool.k.device) if on_gpu else None

@@ -14,6 +14,7 @@ from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.kv_pool import KVPool
 from step05_bridge import BridgeKVCacheManager
+from step05_bridge.bridge_cache import TieredMatch
 from step05_bridge.host_pool import HostPool
 from tests.driver import drive_to_end
 from tests.machines import MODEL, EngineMachine
@@ -115,6 +116,48 @@ def test_the_tier_needs_the_device_pool():
     kv.free(a)
     with pytest.raises(RuntimeError, match="device pool"):
         kv.evict(1)
+
+
+@pytest.mark.task("task5.load_back")
+def test_the_lookup_looks_only_and_admission_loads(model):
+    """`get_computed_blocks` reports the host part (a `TieredMatch` counting both tiers) without copying anything:
+    a cache-aware policy asks about every waiting request. Admission copies it in, and the request shares it."""
+    engine = tiered(model, 64)
+    first, second = conversations(n=4, turns=2)[:4], conversations(n=4, turns=2)[4:]
+    one_by_one(engine, first)
+    kv = engine.cache_manager
+    seq = kv.new_sequence(99, second[0], SamplingParams(max_new_tokens=3))
+    loaded, free = kv.host.blocks_loaded, kv.block_manager.num_free
+    match = kv.get_computed_blocks(seq)
+    assert isinstance(match, TieredMatch) and match.num_tokens > len(match.blocks) * 4
+    assert (kv.host.blocks_loaded, kv.block_manager.num_free) == (loaded, free), "a lookup copied or allocated"
+    kv.check_invariants()
+    assert kv.allocate_slots(seq, seq.num_tokens - match.num_tokens, match)
+    assert kv.host.blocks_loaded == loaded + len(match.host_blocks)
+    assert seq.block_table[: match.num_tokens // 4] == kv.tree.match_prefix(second[0][: match.num_tokens])[0]
+    kv.free(seq)
+    kv.check_invariants()
+
+
+@pytest.mark.task("task5.load_back")
+def test_lpm_over_the_host_tier_keeps_the_answers(model):
+    """Chapter 4's longest-prefix-match policy ranks host hits as hits, and loads nothing while it ranks: when
+    four conversations come back at once, their answers are the tier-off engine's."""
+    from step04_radix.policy import LongestPrefixMatch
+
+    first, second = conversations(n=4, turns=2)[:4], conversations(n=4, turns=2)[4:]
+    manager = functools.partial(BridgeKVCacheManager, host_blocks=64, min_load_tokens=8)
+    on = Engine(model, EngineConfig(num_blocks=30, block_size=4, max_num_seqs=2, max_num_batched_tokens=64),
+                manager, policy=LongestPrefixMatch())
+    off = tiered(model, 0)
+    params = SamplingParams(max_new_tokens=3)
+    for engine in (on, off):
+        one_by_one(engine, first)  # the device pool keeps the last conversation, the host tier the others
+    want = [o.output_ids for o in drive_to_end(off, second, params)]
+    got = drive_to_end(on, second, params)
+    assert [o.output_ids for o in got] == want
+    assert on.cache_manager.host.blocks_loaded > 0 and sum(o.num_cached_tokens for o in got) > 100
+    on.check_invariants()
 
 
 class TieredBridgeMachine(EngineMachine):
