@@ -24,7 +24,8 @@ test-fast: .venv/.installed
 
 # Every number in the READMEs: each run writes stepNN_x/results/WORKLOAD.json (figures, machine, date,
 # command), then `python -m course report --write` redraws the READMEs' tables and plots from those files.
-# About 25 minutes on 2 idle cores (the `long` workload prefills 2k-token prompts with the cache off).
+# About an hour on 2 idle cores (the `long` workload prefills 2k-token prompts with the cache off; the host
+# bench and the policy benches repeat their runs).
 bench: .venv/.installed
 	$(PY) -m course bench step01 --save --json | tail -1
 	$(PY) -m course bench step02 --workload batch --save --json | tail -1
@@ -34,6 +35,7 @@ bench: .venv/.installed
 	done; done
 	$(PY) -m course bench step05 --workload multi_turn --save --json | tail -1
 	$(PY) -m course bench step04 --workload multi_doc --save --json | tail -1
+	$(PY) -m course bench step05 --workload multi_doc --save --json | tail -1
 	$(PY) -m step05_bridge.bench --save | tail -1
 	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --part kernels --out step06_triton/results/h200.json;"
 	@echo "  python -m step06_triton.e2e --out step06_triton/results/h200_engine.json"

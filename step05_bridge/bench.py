@@ -42,6 +42,9 @@ def bench_step05(args: argparse.Namespace) -> dict:
     if args.workload == "multi_turn":  # the host tier's bench: tier off vs on, not cache off vs on
         from .tier_bench import tier_bench
         return tier_bench(args)
+    from step04_radix import policy_bench
+    if args.workload == policy_bench.WORKLOAD:  # chapter 4's scheduling policies, on the bridge
+        return policy_bench.compare_policies("step05", {"bridge": (BridgeKVCacheManager, BLOCK_SIZE)}, args)
     args.max_new_tokens = args.max_new_tokens or 8
     workload = get_workload(args.workload)
     prompts = workload.prompts(load_tokenizer(args.model))

@@ -121,6 +121,12 @@ def render() -> Rendered:
                             [[n] + [f"{r[n]['cached_tokens']} / {r[n]['bookkeeping_us']}" for r in rows]
                              for n in names])) + "\n"
     text += short_prompt_block(need("step05", "short"), d, results.load("step06", "h200_engine"))
+    if results.load("step05", "multi_doc") is not None:  # chapter 4's policies, run on the bridge
+        from step04_radix.report import policy_block
+
+        policy_text, policy_plots = policy_block("step05", "bridge")
+        text += policy_text
+        plots.update(policy_plots)
     tier = results.load("step05", "multi_turn")
     if tier is not None:
         text += tier_block(tier, results.load("step06", "h200_engine"))
