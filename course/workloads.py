@@ -205,46 +205,8 @@ def _shared_prefix() -> Workload:
 
 # --- batch: eight unrelated requests of very different lengths ---------------------------------------------
 
-_BATCH_STORY = (
-    "The lighthouse on Corrow Point was automated in the spring, and the keeper, a quiet man named Edvin who "
-    "had tended the lamp for twenty-two years, was told he could stay in the cottage until the end of the "
-    "summer. He spent the first weeks doing what he had always done: climbing the spiral stairs at dusk, "
-    "wiping the great lens, writing the weather in his logbook. The new machine did not need him, and it did "
-    "not seem to mind him either. In July a girl from the village began bringing him the post on her bicycle. "
-    "She asked about the ships he had seen, the storms, the winter the harbour froze, and he found that the "
-    "stories came back to him more easily than he expected. By August she had filled a school notebook with "
-    "them. On his last evening he climbed the stairs once more, not to work but to watch the beam sweep "
-    "across the water, steady and indifferent, and he was surprised to feel glad that it would go on without "
-    "him. He left the logbook on the table for whoever came next, with one final entry: wind from the west, "
-    "sea calm, light burning well."
-)
-
-_BATCH = (
-    ("You are a patient maths tutor.",
-     "A rectangle has a perimeter of 36 centimetres and its length is twice its width. Find its area, and "
-     "explain each step so that a twelve-year-old could follow the reasoning."),
-    ("Reply in one word.", "Capital of Peru?"),
-    ("You are a literary editor who gives honest, specific feedback.",
-     "Here is a short story I wrote for a competition with a limit of 250 words. Please tell me what works, "
-     "what does not, and suggest a better title.\n\n" + _BATCH_STORY),
-    ("You translate English into simple Spanish.", "Please translate: The museum opens at ten and is free on "
-     "Sundays, but the garden closes early in winter."),
-    ("You write polite, concise emails for a busy office manager.",
-     "Draft an email to the building's cleaning company. Our office moves from the third floor to the fifth "
-     "floor on 14 June. Cleaning should continue on the third floor until 13 June and start on the fifth "
-     "floor on 15 June. The fifth floor has two extra meeting rooms and a small kitchen, so please send a new "
-     "quote. Also ask whether the Friday evening visit could move to Thursday evening, because we now hold a "
-     "team event on Fridays. Keep it friendly and under 150 words."),
-    ("Answer briefly.", "Is a tomato a fruit or a vegetable?"),
-    ("You are a gardening expert for cold northern climates.",
-     "I live where the first frost usually comes in mid-September and the last one in late May. I have a "
-     "sunny raised bed of about two square metres with sandy soil. I would like to grow something to eat "
-     "besides lettuce, ideally plants that tolerate cool nights and a short season. What would you plant, "
-     "when would you sow each crop, and how should I improve the soil before spring?"),
-    ("You are a careful code reviewer.",
-     "Review this Python snippet:\n\ndef average(xs):\n    total = 0\n    for x in xs:\n        total += x\n"
-     "    return total / len(xs)"),
-)
+# each a system prompt and a user message; one of them carries a 250-word story
+_BATCH = [(r["system"], r["user"]) for r in json.loads((TEXTS / "batch.json").read_text(encoding="utf-8"))]
 
 
 def _batch() -> Workload:
@@ -277,30 +239,8 @@ def _diverge() -> Workload:
 
 # --- multi_turn: conversations that come back ------------------------------------------------------------------
 
-_ANSWERS = {  # the assistant's earlier turns, scripted so that every run replays the same conversations
-    "assistant": (
-        "Three good choices: The London Eye Mystery by Siobhan Dowd, a clever puzzle about a boy who vanishes from a "
-        "sealed capsule; Holes by Louis Sachar, funny and full of buried clues; and Murder Most Unladylike by Robin "
-        "Stevens, a boarding-school case solved by two friends.",
-        "Treat basil like cut flowers: trim the stems, stand the bunch in a glass of water on the counter, away from "
-        "direct sun, and cover the leaves loosely with a bag. Change the water every two days and keep it out of the "
-        "fridge, where the leaves turn black.",
-    ),
-    "coder": (
-        "```python\ndef chunks(items, size):\n    if size < 1:\n        raise ValueError('size must be positive')\n"
-        "    return [items[i:i + size] for i in range(0, len(items), size)]\n```\nThe last chunk may be shorter; an "
-        "empty list gives an empty result.",
-        "Use the csv module on an open file: it reads one row at a time.\n```python\nimport csv\n\nwith open(path, "
-        "newline='') as f:\n    for row in csv.reader(f):\n        handle(row)\n```\nMemory stays flat however "
-        "large the file is.",
-    ),
-    "analyst": (
-        "Growth = (5,040 - 4,200) / 4,200 = 840 / 4,200 = 0.2, so sales grew by 20.0% from March to April. One "
-        "month is a short window: compare with April of last year before reading a trend into it.",
-        "Margin per cup = 3.50 - 1.10 = 2.40, and 2.40 / 3.50 = 0.686, so the gross margin is 68.6%. Rent, wages "
-        "and waste are not in the 1.10, so the margin left after them will be lower.",
-    ),
-}
+# the assistant's earlier turns, scripted so that every run replays the same conversations
+_ANSWERS = json.loads((TEXTS / "multi_turn_answers.json").read_text(encoding="utf-8"))
 
 
 def _multi_turn() -> Workload:
@@ -319,57 +259,12 @@ def _multi_turn() -> Workload:
 
 # --- multi_doc: several documents, each asked several questions, the questions interleaved -------------------
 
-_DOCS = (
-    ("You answer questions about the Millbrook Museum of Clocks using only this visitor guide.\n"
-     "The museum is open Tuesday to Sunday from 10:00 to 17:30 and closed on Mondays except public holidays. "
-     "Tickets cost 9 euros for adults, 5 euros for students and visitors over 65, and nothing for children under "
-     "12. The ground floor holds the tower clock gallery, where the 1742 Harwell tower movement strikes every "
-     "quarter hour. The first floor shows pocket watches and marine chronometers; flash photography is not "
-     "allowed there. Guided tours in English start at 11:00 and 15:00 and last 50 minutes. The workshop in the "
-     "basement, where restorers repair clocks in front of visitors, is open on Saturdays only. Lockers are free "
-     "and take a 1 euro coin that is returned. The cafe closes half an hour before the museum."),
-    ("You answer questions about the Fernside community garden using only its rules.\n"
-     "Members rent one raised bed each for 40 euros a season, from March to October. Beds must be planted by "
-     "the end of April or the committee offers them to the waiting list. Water comes from the two rain tanks "
-     "first; the mains tap may be used only between 18:00 and 21:00 in dry spells. Chemical pesticides are "
-     "banned, but slug traps and netting are welcome. Tools in the green shed are shared and must be cleaned "
-     "and hung back on their hooks. Compost bins are turned on the first Sunday of each month, and every member "
-     "helps at least twice a season. Dogs must stay on a lead on the paths. Members who leave a bed untended for "
-     "three weeks receive one reminder before the bed is reassigned."),
-    ("You answer questions about the Northline regional rail ticket rules using only this summary.\n"
-     "A single ticket is valid for three hours from the time it is stamped and allows changes between trains "
-     "on the same route. A day pass costs 14 euros and covers all zones until 04:00 the next morning. Children "
-     "under six travel free with an adult; children from six to fourteen pay half fare. Bicycles ride for 3 "
-     "euros, except on weekday trains leaving between 07:00 and 09:00, when they are not allowed. A ticket "
-     "bought on board costs 2 euros more than one from a machine or the app. Passengers without a valid ticket "
-     "pay a 60 euro penalty, reduced to 10 euros if they show a season ticket they forgot within seven days. "
-     "Delays over 30 minutes give a voucher for a quarter of the fare."),
-    ("You answer questions about release 3.2 of the Quill note-taking app using only these release notes.\n"
-     "Release 3.2 adds offline mode: notes edited without a connection are kept on the device and synced when "
-     "the app is online again; if the same note changed on two devices, both versions are kept and marked as a "
-     "conflict. Search now finds words inside attached PDF files, but not inside images. The export menu gains "
-     "Markdown and drops the old RTF format. Tags can be nested up to three levels deep. The minimum supported "
-     "versions are now Android 10 and iOS 15. A known issue: reminders set for the last day of a month may fire "
-     "a day late on iOS; a fix is planned for 3.2.1. Free accounts keep 2 gigabytes of storage; paid accounts "
-     "keep 50 gigabytes and the full version history."),
-)
-
-_DOC_QUESTIONS = (
-    ("Can I visit the museum on a Monday?", "How much do two adults and a ten-year-old pay to get in?",
-     "When can I watch the restorers at work?"),
-    ("What happens if I have not planted my bed by May?", "May I use the mains tap at noon in a dry spell?",
-     "Is netting against birds allowed?"),
-    ("Can I take my bicycle on the 08:15 train on a Tuesday?", "How much does a nine-year-old pay?",
-     "What do I pay if I forgot my season ticket at home?"),
-    ("What happens when I edit the same note on my phone and my laptop while both are offline?",
-     "Can search find words in a photo of a whiteboard?", "Which export formats were added or removed?"),
-)
-
+_DOCS = json.loads((TEXTS / "multi_doc.json").read_text(encoding="utf-8"))  # each a document and 3 questions
 MULTI_DOC_DOCUMENTS = len(_DOCS)  # request i of `multi_doc` asks about document i % MULTI_DOC_DOCUMENTS
 
 
 def _multi_doc() -> Workload:
-    chats = [chat(questions[r], doc) for r in range(3) for doc, questions in zip(_DOCS, _DOC_QUESTIONS)]
+    chats = [chat(d["questions"][r], d["document"]) for r in range(3) for d in _DOCS]
     return Workload("multi_doc", f"{MULTI_DOC_DOCUMENTS} documents (~190 tokens each) x 3 questions, interleaved "
                     "(document 1, 2, 3, 4, 1, 2, ...) and arriving together: in a pool too small for every document, "
                     "arrival order evicts each document before its next question; a cache-aware order keeps it", chats)
