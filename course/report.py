@@ -95,6 +95,11 @@ def provenance(records: list[dict], model: str = "SmolLM2-135M-Instruct") -> str
             f"Written by {commands}; `python -m course report --write` drew this block.")
 
 
+def met(ok: bool) -> str:
+    """A target's verdict: met, or **missed** (bold, so that it stands out in a table)."""
+    return "met" if ok else "**missed**"
+
+
 def fmt(x, digits: int = 4) -> str:
     """A table cell: booleans as yes / **no** (a failed check stands out), floats to `digits` digits."""
     if isinstance(x, bool):

@@ -11,8 +11,10 @@ the context.
 """
 from __future__ import annotations
 
+import cProfile
 import importlib
 import pkgutil
+import pstats
 import time
 from pathlib import Path
 from statistics import median
@@ -29,7 +31,7 @@ from .forward_batch import ForwardBatch
 from .kv_pool import KVPool
 
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
-SEQS, STEPS = 64, 48
+SEQS, STEPS, TURN = 64, 48, 8
 
 
 class NullModel:
@@ -71,9 +73,9 @@ def cache_managers() -> dict[str, type[CacheManager]]:
     return dict(sorted(found.items(), key=lambda kv: kv[1].__module__))
 
 
-def host_us_per_step(manager: type[CacheManager], context: int, block_size: int, seqs: int = SEQS,
-                     steps: int = STEPS, seed: int = 0) -> float:
-    """Median microseconds of one `Engine.step()` with `seqs` sequences decoding at `context` tokens."""
+def decoding_engine(manager: type[CacheManager], context: int, block_size: int, seqs: int = SEQS,
+                    steps: int = STEPS, seed: int = 0) -> Engine:
+    """An engine with `seqs` sequences of `context` random tokens, prefilled, each with `steps` + 8 tokens to go."""
     model = NullModel(context + steps + 64)
     num_blocks = seqs * cdiv(context + steps + 8, block_size) + 8
     config = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=seqs,
@@ -83,32 +85,113 @@ def host_us_per_step(manager: type[CacheManager], context: int, block_size: int,
     for _ in range(seqs):  # random prompts: 64 different branches of a tree, nothing shared
         engine.add_request(torch.randint(1, 128, (context,), generator=gen), SamplingParams(max_new_tokens=steps + 8))
     engine.step()  # prefill everyone (not timed)
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        engine.step()
-        times.append(time.perf_counter() - t0)
-    assert len(engine.scheduler.running) == seqs, "every sequence was meant to decode in every timed step"
-    return median(times) * 1e6
+    return engine
+
+
+def host_us_per_step(manager: type[CacheManager], contexts: tuple[int, ...], block_size: int, seqs: int = SEQS,
+                     steps: int = STEPS, seed: int = 0) -> dict[int, float]:
+    """Median microseconds of one `Engine.step()` with `seqs` sequences decoding, at each of `contexts`. One engine
+    per context, taking turns of `TURN` steps: every context is timed over the same seconds, so a machine whose
+    speed drifts slows them all alike and their ratio stays true; within a turn an engine's data is back in the
+    CPU's caches after its first step, as in an engine that runs alone (the median ignores that first step)."""
+    engines = {c: decoding_engine(manager, c, block_size, seqs, steps, seed) for c in contexts}
+    times: dict[int, list[float]] = {c: [] for c in contexts}
+    for _ in range(0, steps, TURN):
+        for c, engine in engines.items():
+            for _ in range(TURN):
+                t0 = time.perf_counter()
+                engine.step()
+                times[c].append(time.perf_counter() - t0)
+    assert all(len(e.scheduler.running) == seqs for e in engines.values()), "every sequence decodes every step"
+    return {c: median(ts) * 1e6 for c, ts in times.items()}
+
+
+PHASES = {  # the parts of `Engine.step`: (owner, method); build and sample run inside _launch
+    "schedule": ("Scheduler", "schedule"),
+    "build the step's inputs (ForwardBatch.build)": ("ForwardBatch", "build"),
+    "sample": ("Engine", "_sample"),
+    "launch, the rest (the model stand-in, advance, on_computed)": ("Engine", "_launch"),
+    "read and append the tokens, retire (_finish)": ("Engine", "_finish"),
+    "usage statistics (_record_usage)": ("Engine", "_record_usage"),
+}
+
+
+def host_profile(manager: type[CacheManager], context: int = CONTEXTS[0], steps: int = STEPS) -> dict:
+    """Where a decode step's host time goes. `share`: each part of `Engine.step`, timed by the clock around the
+    method that does it (a wrapper costs well under a microsecond); `top_functions`: the functions whose own code
+    takes longest under cProfile (which slows small calls most, so read it as where to look, not as shares)."""
+    from .scheduler import Scheduler
+
+    owners = {"Scheduler": Scheduler, "ForwardBatch": ForwardBatch, "Engine": Engine}
+    spent = dict.fromkeys(PHASES, 0.0)
+    originals = {}
+
+    def timed(phase, fn):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[phase] += time.perf_counter() - t0
+        return run
+
+    block_size = 1 if manager.design == "radix" else EngineConfig.block_size
+    engine = decoding_engine(manager, context, block_size, steps=steps)
+    for phase, (owner, name) in PHASES.items():
+        raw = owners[owner].__dict__[name]
+        originals[owner, name] = raw
+        if isinstance(raw, classmethod):
+            setattr(owners[owner], name, classmethod(timed(phase, raw.__func__)))
+        else:
+            setattr(owners[owner], name, timed(phase, raw))
+    per_step = []  # each step's time in each part, and in all: the medians resist a burst of load
+    try:
+        for _ in range(steps // 2):
+            for phase in spent:
+                spent[phase] = 0.0
+            t0 = time.perf_counter()
+            engine.step()
+            per_step.append(dict(spent, total=time.perf_counter() - t0))
+    finally:
+        for (owner, name), raw in originals.items():
+            setattr(owners[owner], name, raw)
+    inside = ("build the step's inputs (ForwardBatch.build)", "sample")
+    for row in per_step:
+        row["launch, the rest (the model stand-in, advance, on_computed)"] -= sum(row[p] for p in inside)
+        row["other"] = row["total"] - sum(row[p] for p in PHASES)
+    typical = {phase: median(row[phase] for row in per_step) for phase in [*PHASES, "other"]}
+    total = sum(typical.values())
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: [engine.step() for _ in range(steps // 2)])
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (calls, primitive calls, tottime, cumtime, ...)
+    own = sum(v[2] for v in stats.values())
+    top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:6]
+    return dict(manager=manager.design, context=context, steps=steps // 2,
+                us_per_step=round(total * 1e6, 1),
+                share={phase: round(t / total, 3) for phase, t in typical.items()},
+                top_functions=[[f"{Path(f).name}:{n}", round(v[2] / own, 3)] for (f, _, n), v in top])
 
 
 def host_bench(contexts: tuple[int, ...] = CONTEXTS, rounds: int = 3,
                progress=lambda items, desc: items) -> dict:
     """host_us_per_step[manager][context] for every chapter's manager (the radix tree at block size 1, the others
-    at 16), and the ratio of the longest context to the shortest (flat is 1). Each cell is the best of `rounds`
-    medians, the rounds going over every cell in turn, so that a burst of load on a shared machine lands on one
-    round of several cells rather than on all rounds of one."""
+    at 16), and how much the longest context costs over the shortest (flat is 1). A cell is the best of `rounds`
+    medians; the growth is the median over rounds of the ratio within a round, whose contexts were timed
+    step by step in turn (`host_us_per_step`)."""
     managers = cache_managers()
-    cells = [(name, c) for name in managers for c in contexts]
-    best: dict[tuple[str, int], float] = {}
+    runs: dict[tuple[str, int], list[float]] = {(name, c): [] for name in managers for c in contexts}
     for r in range(rounds):
-        for name, c in progress(cells, f"host bench, round {r + 1} of {rounds}"):
+        for name in progress(list(managers), f"host bench, round {r + 1} of {rounds}"):
             block_size = 1 if name == "radix" else EngineConfig.block_size
-            us = host_us_per_step(managers[name], c, block_size)
-            best[name, c] = min(best.get((name, c), us), us)
-    table = {name: {c: round(best[name, c], 1) for c in contexts} for name in managers}
-    growth = {name: round(row[contexts[-1]] / row[contexts[0]], 3) for name, row in table.items()}
+            for c, us in host_us_per_step(managers[name], contexts, block_size).items():
+                runs[name, c].append(us)
+    table = {name: {c: round(min(runs[name, c]), 1) for c in contexts} for name in managers}
+    growth = {name: round(median(a / b for a, b in zip(runs[name, contexts[-1]], runs[name, contexts[0]])), 3)
+              for name in managers}
     return dict(chapter="step02", workload="host", requests=SEQS, steps_timed=STEPS, rounds=rounds,
-                contexts=list(contexts),
+                contexts=list(contexts), growth_per_round={name: [round(a / b, 3) for a, b in zip(
+                    runs[name, contexts[-1]], runs[name, contexts[0]])] for name in managers},
                 host_us_per_step=table, growth_longest_over_shortest=growth,
-                max_host_us_per_step=max(max(row.values()) for row in table.values()))
+                max_host_us_per_step=max(max(row.values()) for row in table.values()),
+                us_per_sequence_per_step={name: round(min(row.values()) / SEQS, 2) for name, row in table.items()},
+                profile=[host_profile(managers[name], contexts[0]) for name in managers])

@@ -100,14 +100,18 @@ class BridgeKVCacheManager(CacheManager):
         With a host tier, a longer prefix there (long enough to be worth copying: `min_load_tokens`) makes a
         `TieredMatch`, loaded on admission. Looks only, as the interface promises: a cache-aware policy may ask
         about every waiting request."""
-        tokens = seq.all_token_ids[: seq.num_tokens - 1]
-        blocks, node = self.tree.match_prefix(tokens)
+        device = self._device_match(seq)
         if self.host_tree is not None:
-            host_blocks, host_node = self.host_tree.match_prefix(tokens)
-            missing = host_blocks[len(blocks):]
+            host_blocks, host_node = self.host_tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
+            missing = host_blocks[len(device.blocks):]
             if missing and len(missing) * self.block_size >= self.min_load_tokens:
-                return TieredMatch(tuple(blocks), len(host_blocks) * self.block_size, node, tuple(missing),
+                return TieredMatch(device.blocks, len(host_blocks) * self.block_size, device.node, tuple(missing),
                                    host_node)
+        return device
+
+    def _device_match(self, seq: RadixSequence) -> TreeMatch:
+        """The device tree's match of every token of `seq` but the last."""
+        blocks, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
         return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
 
     def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
@@ -176,9 +180,9 @@ class BridgeKVCacheManager(CacheManager):
             raise ValueError(f"sequence {seq.seq_id}: stale match, its host part was dropped since the lookup; "
                              "call get_computed_blocks again")
         device_node = match.node or self.tree.root
+        need = self.blocks_needed(seq, num_new_tokens, match)  # the host blocks' copies + the new tokens' blocks
         # BEGIN SOLUTION task5.load_back points=3
         bm = self.block_manager
-        need = self.blocks_needed(seq, num_new_tokens, match)  # the host blocks' copies + the new tokens' blocks
         self.tree.inc_lock_ref(device_node)  # making room must not evict the device part of this very prefix,
         self.host_tree.inc_lock_ref(match.host_node)  # nor the host part we are about to read
         if need > bm.num_free:
@@ -190,8 +194,7 @@ class BridgeKVCacheManager(CacheManager):
         new = bm.allocate(len(match.host_blocks))  # their allocation becomes the device tree's reference
         self.host.load(list(match.host_blocks), new)
         self.tree.insert(seq.all_token_ids[: match.num_tokens], list(match.blocks) + new)
-        blocks, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
-        return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
+        return self._device_match(seq)
         # END SOLUTION
 
     # ---- caching computed tokens -------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from course.report import met
+
 RESULTS = Path(__file__).parent / "results"
 MODELS = {"smollm2_135m": "SmolLM2-135M's shape", "llama_3_2_1b": "a Llama-3.2-1B shape"}
 CONTENDERS = {"engine_sync": "engine, synchronous (chapter 2's loop)", "engine_overlap": "engine, overlapped",
@@ -17,10 +19,6 @@ CONTENDERS = {"engine_sync": "engine, synchronous (chapter 2's loop)", "engine_o
 
 def load(path: Path = RESULTS / "h200_engine.json") -> dict:
     return json.loads(path.read_text())
-
-
-def _met(goal: dict) -> str:
-    return "met" if goal["met"] else "**missed**"
 
 
 def throughput_rows(e: dict) -> list[str]:
@@ -68,7 +66,7 @@ def tables(e: dict) -> str:
              "tokens each, greedy; chapter 5's engine (the bridge) on the Triton kernels with fused CUDA-graph steps; "
              "Hugging Face batched, left-padded, SDPA; contenders interleaved over three rounds.", "",
              "| target | measured | |", "|---|---|---|"]
-    lines += [f"| {g['goal']} | {g['measured']} | {_met(g)} |" for g in e["goals"]]
+    lines += [f"| {g['goal']} | {g['measured']} | {met(g['met'])} |" for g in e["goals"]]
     lines += ["", f"Token identity, fp32 ({ident['requests']} requests x {ident['new_tokens']} tokens, against the "
               "torch path): " + ", ".join(f"{k} {v}/{ident['requests']}"
                                           for k, v in ident["identical_requests_vs_torch"].items())
@@ -130,5 +128,5 @@ def plot_timeline(e: dict, out: Path) -> None:
         ax.title.set_fontsize(9)
     axes[-1].set_xlabel("ms since the first decode step (SmolLM2's shape, 64 requests, H200)")
     fig.tight_layout()
-    fig.savefig(out, format="svg")
+    fig.savefig(out, format="svg", metadata={"Date": None})
     plt.close(fig)

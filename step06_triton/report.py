@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from course import report as course_report
+from course.report import met
 
 from . import engine_report
 
@@ -28,10 +29,6 @@ COLORS = {"triton": "tab:red", "gather": "tab:orange", "flex": "tab:blue", "cont
 
 def load(path: Path = RESULTS / "h200.json") -> dict:
     return json.loads(path.read_text())
-
-
-def _met(goal: dict) -> str:
-    return "met" if goal["met"] else "**missed**"
 
 
 def _cell(row: dict, key: str) -> str:
@@ -88,7 +85,7 @@ def tables(res: dict) -> str:
     s_ = k["store"]
     lines += ["", f"**store_kvcache** ({s_['tokens']} tokens into random slots): Triton **{s_['triton_gb_s']} GB/s**, "
               f"torch index_put {s_['torch_index_put_gb_s']} GB/s.", "", "| target | measured | |", "|---|---|---|"]
-    lines += [f"| {g['goal']} | {g['measured']} | {_met(g)} |" for g in k["goals"]]
+    lines += [f"| {g['goal']} | {g['measured']} | {met(g['met'])} |" for g in k["goals"]]
     return "\n".join(lines) + "\n"
 
 

@@ -120,3 +120,11 @@ def test_main_rejects_bad_name(capsys):
         main(["nope"])
     assert e.value.code == 2
     assert "valid names" in capsys.readouterr().err
+
+
+def test_the_workloads_block_is_the_engines():
+    """`diverge` is built around the block the engines use by default; course/ cannot import the engine's config,
+    so this test ties the two numbers together."""
+    from step02_paged import EngineConfig
+
+    assert BLOCK == EngineConfig.block_size

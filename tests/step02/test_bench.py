@@ -35,6 +35,14 @@ def test_host_bench_times_every_chapters_manager():
     from step02_paged.host_bench import host_bench
 
     result = host_bench(contexts=(32, 64), rounds=2)
+    assert all(len(r) == 2 for r in result["growth_per_round"].values())
     assert set(result["host_us_per_step"]) == {"none", "hash", "radix", "bridge"}
     assert all(us > 0 for row in result["host_us_per_step"].values() for us in row.values())
     assert result["rounds"] == 2 and set(result["growth_longest_over_shortest"]) == set(result["host_us_per_step"])
+    for profile in result["profile"]:  # where a step's time goes: every part of Engine.step, shares of one whole
+        assert profile["context"] == 32 and all(share >= 0 for share in profile["share"].values())
+        assert abs(sum(profile["share"].values()) - 1) < 0.01 and profile["top_functions"]
+    assert [p["manager"] for p in result["profile"]] == list(result["host_us_per_step"])
+    from step02_paged.engine import Engine
+    from step02_paged.forward_batch import ForwardBatch
+    assert Engine._launch.__name__ == "_launch" and ForwardBatch.build.__name__ == "build"  # the clocks came off
