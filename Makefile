@@ -40,6 +40,7 @@ bench: .venv/.installed
 	@echo "chapter 6 measures on a GPU: python -m step06_triton.bench --part kernels --out step06_triton/results/h200.json;"
 	@echo "  python -m step06_triton.e2e --out step06_triton/results/h200_engine.json"
 	$(MAKE) report
+	@echo "answer keys quote measured numbers: .venv/bin/python -m pytest -q tests/instructors names each one this run moved"
 
 # Tables and plots of every chapter's README from the committed results/*.json (no benchmark runs).
 report: .venv/.installed

@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from step01_kvcache.attention import attention
+from step02_paged.cache_manager import cdiv
 
 from .decode_attention import DECODE_TILE, num_kv_splits, paged_decode_attention, split_plan_host
 from .extend_attention import extend_attention
@@ -121,7 +122,7 @@ def paged_pool(lengths: list[int], block_size: int, heads: int, dim: int, spare:
     need, and for every sequence a block table of randomly scattered physical blocks (int32, as vLLM keeps them;
     rows padded with block 0)."""
     g = torch.Generator(device=DEVICE).manual_seed(seed)
-    need = [-(-n // block_size) for n in lengths]
+    need = [cdiv(n, block_size) for n in lengths]
     num_blocks = math.ceil(sum(need) * spare)
     k = torch.randn(num_blocks, block_size, heads, dim, dtype=torch.bfloat16, device=DEVICE, generator=g)
     v = torch.randn(num_blocks, block_size, heads, dim, dtype=torch.bfloat16, device=DEVICE, generator=g)
@@ -164,7 +165,7 @@ def flex_paged_decode(k: torch.Tensor, v: torch.Tensor, table: torch.Tensor, len
     num_slots = num_blocks * block_size
     kp, vp = (t.view(1, num_slots, hkv, d).transpose(1, 2) for t in (k, v))
     lens = torch.tensor(lengths, device=DEVICE)
-    need = -(-lens // block_size)
+    need = cdiv(lens, block_size)
     used = torch.arange(width, device=DEVICE)[None, :] < need[:, None]
     owner = torch.full((num_blocks,), -1, dtype=torch.long, device=DEVICE)
     logical = torch.zeros(num_blocks, dtype=torch.long, device=DEVICE)

@@ -33,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from step02_paged.cache_manager import cdiv
+
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the fast hardware instruction
 PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, so the last ends soon after the rest
 FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
@@ -213,7 +215,7 @@ def num_kv_splits(max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
     """The grid's split axis: the most splits `split_plan` gives any sequence of at most `max_seq_len` tokens.
     A host integer from a host integer, no GPU read: in eager mode the batch's longest context, for a CUDA
     graph the longest context it will replay (the programs past a shorter context's splits return at once)."""
-    return max(1, min(-(-max_seq_len // min_split_len), MAX_SPLITS))
+    return max(1, min(cdiv(max_seq_len, min_split_len), MAX_SPLITS))
 
 
 def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, block_n: int = 64,
@@ -225,11 +227,11 @@ def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, blo
         if min(seq_lens) * 5 >= max(seq_lens) * 4:
             wanted = max(FILL_PER_SM * num_sms // (batch * num_kv_heads), 1)
         else:
-            wanted = -(-n // max(-(-total * num_kv_heads // (PROGRAMS_PER_SM * num_sms)), min_split_len))
-        wanted = max(min(wanted, max_splits, -(-n // min_split_len)), 1)
-        tiles = max(-(-n // block_n), 1)
-        per = -(-tiles // wanted)
-        plan.append((-(-tiles // per), per * block_n))
+            wanted = cdiv(n, max(cdiv(total * num_kv_heads, PROGRAMS_PER_SM * num_sms), min_split_len))
+        wanted = max(min(wanted, max_splits, cdiv(n, min_split_len)), 1)
+        tiles = max(cdiv(n, block_n), 1)
+        per = cdiv(tiles, wanted)
+        plan.append((cdiv(tiles, per), per * block_n))
     return plan
 
 

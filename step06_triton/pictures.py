@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from course.draw import Dot
+from step02_paged.cache_manager import cdiv
 
 SPLIT_COLORS = ["#fde293", "#ceead6", "#d2e3fc", "#f6aea9", "#e6d3f5", "#fbd2b4"]
 
@@ -16,8 +17,8 @@ def split_ranges(seq_len: int, num_splits: int, block_n: int) -> list[tuple[int,
     """[start, end) of each of `num_splits` programs, as `_decode_split_kernel` cuts a sequence the launch rule
     asks to split that many times: equal runs of whole tiles. Rounding to tiles can leave the last programs
     nothing; the rule then counts fewer splits and those programs return at once."""
-    tiles = -(-seq_len // block_n)
-    split_len = -(-tiles // num_splits) * block_n
+    tiles = cdiv(seq_len, block_n)
+    split_len = cdiv(tiles, num_splits) * block_n
     return [(min(s * split_len, seq_len), min((s + 1) * split_len, seq_len)) for s in range(num_splits)]
 
 
@@ -36,7 +37,7 @@ def split_kv_dot(block_table: list[int], seq_len: int, block_size: int, num_spli
             dot.node(f"split{s}", f"program {s}\npast the end: returns", fillcolor="#eeeeee")
             continue
         dot.node(f"split{s}", f"program {s}: split {s}\ntokens {start}..{end - 1}", fillcolor=color)
-        for blk in range(start // block_size, -(-end // block_size)):
+        for blk in range(start // block_size, cdiv(end, block_size)):
             owner[blk] = s
     programs = " ".join(f'"split{s}";' for s in range(num_splits))
     dot.raw("{ rank=same; " + programs + " }")  # programs left to right in their order
