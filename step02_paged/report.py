@@ -38,10 +38,11 @@ def plot_host(rec: dict):
     for name, row in f["host_us_per_step"].items():
         contexts = sorted(row, key=int)
         ax.plot([int(c) for c in contexts], [row[c] for c in contexts], "o-", label=name, color=colors.get(name))
+    ax.axhline(300, color="0.4", ls="--", lw=1, label="target: 300 µs")
     ax.set(xscale="log", xlabel="context per sequence (tokens)", ylabel="host µs per decode step", ylim=(0, None),
            title=f"{f['requests']} sequences decoding, no model: the engine's own work")
     ax.set_xticks(f["contexts"], [str(c) for c in f["contexts"]])
-    ax.legend(title="cache manager", fontsize=8)
+    ax.legend(title="cache manager", fontsize=7, title_fontsize=7, loc="lower center", ncol=5)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
