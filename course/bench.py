@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +43,12 @@ def interleaved_best(runs: dict[str, Callable], repeats: int = 3) -> tuple[dict[
             outs[name], t = timed(fn)
             best[name] = min(best[name], t)
     return best, outs
+
+
+def p99(values: list[float]) -> float:
+    """Nearest-rank 99th percentile (with fewer than 100 values: the largest)."""
+    ordered = sorted(values)
+    return ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
 def progress(items, desc: str):

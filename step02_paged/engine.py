@@ -160,15 +160,12 @@ class Engine:
 
     def _launch(self, batch: list[tuple[Sequence, int]]) -> Launched:
         """Build the step's inputs, queue the forward and the sampling; advance every sequence's counter."""
-        if any(n != 1 for _, n in batch):
-            batch.sort(key=lambda item: item[1] != 1)  # single-token sequences first (batched decode attention)
+        batch.sort(key=lambda item: item[1] != 1)  # single-token sequences first (batched decode attention)
         self.last_scheduled = [(s.seq_id, n) for s, n in batch]
-        seqs, counts, rows = [], [], []  # rows: where a sequence reaches its last token and samples
-        for i, (seq, n) in enumerate(batch):
-            seqs.append(seq)
-            counts.append(n)
-            if seq.num_computed_tokens + n == len(seq.all_token_ids) + seq.num_placeholders:
-                rows.append(i)
+        seqs = [s for s, _ in batch]
+        counts = [n for _, n in batch]
+        # the rows where a sequence reaches its last token, and samples
+        rows = [i for i, (s, n) in enumerate(batch) if s.num_computed_tokens + n == s.num_tokens + s.num_placeholders]
         previous = self._inflight
         fb = ForwardBatch.build(seqs, counts, self.block_table, self.config.block_size, rows,
                                 previous.index if previous else None, previous.tokens if previous else None)
@@ -177,15 +174,12 @@ class Engine:
         # every row sampled (a decode step): the rows as the model returned them (a CUDA graph's logits are ready)
         last = hidden if len(rows) == hidden.shape[0] else hidden[fb.logits_indices]
         tokens = self._sample(last, sampled) if rows else fb.logits_indices  # (empty)
-        on_computed = self.cache_manager.on_computed
         for seq, n in batch:
             seq.advance(n)
-            on_computed(seq)
-        index = {}
-        for i, seq in enumerate(sampled):
+            self.cache_manager.on_computed(seq)
+        for seq in sampled:
             seq.num_placeholders += 1
-            index[seq.seq_id] = i
-        launched = Launched(sampled, tokens, index)
+        launched = Launched(sampled, tokens, {s.seq_id: i for i, s in enumerate(sampled)})
         if tokens.is_cuda:  # start the copy back now; `read` waits for it only when the tokens are needed
             launched.host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
             launched.host.copy_(tokens, non_blocking=True)
@@ -198,7 +192,7 @@ class Engine:
         logits = self.model.compute_logits(hidden)
         tokens = logits.argmax(-1)
         for row, seq in enumerate(seqs):
-            if seq.params.temperature:  # not greedy
+            if not seq.params.greedy:
                 tokens[row] = sample(logits[row], seq.params, seq.generator)
         return tokens
 

@@ -16,8 +16,10 @@ import importlib
 import pkgutil
 import pstats
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from statistics import median
+from unittest.mock import patch
 
 import torch
 
@@ -29,6 +31,7 @@ from .config import EngineConfig
 from .engine import Engine
 from .forward_batch import ForwardBatch
 from .kv_pool import KVPool
+from .scheduler import Scheduler
 
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
 SEQS, STEPS, TURN = 64, 48, 8
@@ -106,25 +109,23 @@ def host_us_per_step(manager: type[CacheManager], contexts: tuple[int, ...], blo
     return {c: median(ts) * 1e6 for c, ts in times.items()}
 
 
-PHASES = {  # the parts of `Engine.step`: (owner, method); build and sample run inside _launch
-    "schedule": ("Scheduler", "schedule"),
-    "build the step's inputs (ForwardBatch.build)": ("ForwardBatch", "build"),
-    "sample": ("Engine", "_sample"),
-    "launch, the rest (the model stand-in, advance, on_computed)": ("Engine", "_launch"),
-    "read and append the tokens, retire (_finish)": ("Engine", "_finish"),
-    "usage statistics (_record_usage)": ("Engine", "_record_usage"),
+LAUNCH = "launch, the rest (the model stand-in, advance, on_computed)"
+PHASES = {  # the parts of `Engine.step`, by the method that does each; build and sample run inside _launch
+    "schedule": (Scheduler, "schedule"),
+    "build the step's inputs (ForwardBatch.build)": (ForwardBatch, "build"),
+    "sample": (Engine, "_sample"),
+    LAUNCH: (Engine, "_launch"),
+    "read and append the tokens, retire (_finish)": (Engine, "_finish"),
+    "usage statistics (_record_usage)": (Engine, "_record_usage"),
 }
+INSIDE_LAUNCH = ("build the step's inputs (ForwardBatch.build)", "sample")
 
 
 def host_profile(manager: type[CacheManager], context: int = CONTEXTS[0], steps: int = STEPS) -> dict:
     """Where a decode step's host time goes. `share`: each part of `Engine.step`, timed by the clock around the
     method that does it (a wrapper costs well under a microsecond); `top_functions`: the functions whose own code
     takes longest under cProfile (which slows small calls most, so read it as where to look, not as shares)."""
-    from .scheduler import Scheduler
-
-    owners = {"Scheduler": Scheduler, "ForwardBatch": ForwardBatch, "Engine": Engine}
     spent = dict.fromkeys(PHASES, 0.0)
-    originals = {}
 
     def timed(phase, fn):
         def run(*args, **kwargs):
@@ -137,27 +138,19 @@ def host_profile(manager: type[CacheManager], context: int = CONTEXTS[0], steps:
 
     block_size = 1 if manager.design == "radix" else EngineConfig.block_size
     engine = decoding_engine(manager, context, block_size, steps=steps)
-    for phase, (owner, name) in PHASES.items():
-        raw = owners[owner].__dict__[name]
-        originals[owner, name] = raw
-        if isinstance(raw, classmethod):
-            setattr(owners[owner], name, classmethod(timed(phase, raw.__func__)))
-        else:
-            setattr(owners[owner], name, timed(phase, raw))
     per_step = []  # each step's time in each part, and in all: the medians resist a burst of load
-    try:
+    with ExitStack() as clocks:  # the methods get their clocks for these steps only
+        for phase, (owner, name) in PHASES.items():
+            raw = owner.__dict__[name]
+            wrapped = classmethod(timed(phase, raw.__func__)) if isinstance(raw, classmethod) else timed(phase, raw)
+            clocks.enter_context(patch.object(owner, name, wrapped))
         for _ in range(steps // 2):
-            for phase in spent:
-                spent[phase] = 0.0
+            spent.update(dict.fromkeys(PHASES, 0.0))
             t0 = time.perf_counter()
             engine.step()
             per_step.append(dict(spent, total=time.perf_counter() - t0))
-    finally:
-        for (owner, name), raw in originals.items():
-            setattr(owners[owner], name, raw)
-    inside = ("build the step's inputs (ForwardBatch.build)", "sample")
     for row in per_step:
-        row["launch, the rest (the model stand-in, advance, on_computed)"] -= sum(row[p] for p in inside)
+        row[LAUNCH] -= sum(row[p] for p in INSIDE_LAUNCH)
         row["other"] = row["total"] - sum(row[p] for p in PHASES)
     typical = {phase: median(row[phase] for row in per_step) for phase in [*PHASES, "other"]}
     total = sum(typical.values())

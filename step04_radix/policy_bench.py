@@ -15,13 +15,13 @@ cost per admission step, and why SGLang stops sorting a queue longer than 128.
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import time
 from collections import deque
 from collections.abc import Callable
 from statistics import mean, median
 
+from course.bench import p99
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.cache_manager import CacheManager, cdiv
@@ -35,12 +35,6 @@ BOUND = 2  # the bounded variant of lpm: at most this many later arrivals admitt
 POLICIES = (("fcfs", "fcfs", {}), ("lpm", "lpm", {}), (f"lpm, <={BOUND} overtakes", "lpm", {"max_overtakes": BOUND}),
             ("dfs-weight", "dfs-weight", {}))  # (label, name, options); dfs-weight only on designs with a tree
 Design = tuple[Callable[[int, int], CacheManager], int]  # (manager factory, block size)
-
-
-def p99(values: list[float]) -> float:
-    """Nearest-rank 99th percentile (with fewer than 100 values: the largest)."""
-    ordered = sorted(values)
-    return ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
 def pools(prompts: list[list[int]], new_tokens: int, seats: int = SEATS) -> dict[str, int]:

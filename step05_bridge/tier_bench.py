@@ -15,7 +15,7 @@ from statistics import mean
 
 import torch
 
-from course.bench import progress, run_sequential
+from course.bench import p99, progress, run_sequential
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.cache_manager import cdiv
@@ -48,7 +48,6 @@ def tier_bench(args: argparse.Namespace) -> dict:
         engines[tier].check_invariants()
     turns = len(prompts) // 3  # the first turn of each conversation has nothing to find
     later = {tier: [o.ttft_s for o in outs[turns:]] for tier, outs in runs.items()}
-    p99 = lambda xs: sorted(xs)[round(0.99 * (len(xs) - 1))]  # noqa: E731
     prompt_tokens = sum(map(len, prompts))
     cached = {tier: sum(o.num_cached_tokens for o in outs) for tier, outs in runs.items()}
     host = engines["on"].cache_manager.host
