@@ -6,6 +6,7 @@ the tokens: a 2k-token prompt costs microseconds, not milliseconds.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,10 +15,22 @@ import torch
 
 from .config import ModelConfig
 
+MIN_TEMPERATURE = 1e-5  # below it logits / temperature overflows; vLLM treats such values as greedy, we refuse them
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature 0 is greedy; otherwise temperature + nucleus (top-p) sampling with a seeded generator."""
+    """temperature 0 is greedy; otherwise temperature + nucleus (top-p) sampling with a seeded generator. Every
+    field is checked here, type and range, so that a bad value fails when the request is made, never inside a
+    step that other requests share."""
 
     max_new_tokens: int = 64
     temperature: float = 0.0
@@ -26,12 +39,22 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+        t = self.temperature
+        if not _is_real(t) or not math.isfinite(t) or t < 0 or 0 < t < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}, got {t!r}")
+        if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and not (_is_int(self.seed) and 0 <= self.seed < 2**63):
+            raise ValueError(f"seed must be None or an int in [0, 2**63), got {self.seed!r}")
+        stops = self.stop_token_ids
+        if isinstance(stops, (str, bytes, dict)) or not isinstance(stops, (tuple, list, set, frozenset)) \
+                or not all(_is_int(t) and t >= 0 for t in stops):
+            raise ValueError(f"stop_token_ids must be a collection of token ids (ints >= 0), e.g. (2,); "
+                             f"got {stops!r}")
+        object.__setattr__(self, "max_new_tokens", int(self.max_new_tokens))
+        object.__setattr__(self, "stop_token_ids", tuple(sorted(int(t) for t in set(stops))))
 
     @property
     def greedy(self) -> bool:
@@ -44,6 +67,10 @@ class SamplingParams:
 
 def validate_prompt(cfg: ModelConfig, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int) -> list[int]:
     """Turn a prompt into a list of ints or raise ValueError saying what to fix. Every engine calls this."""
+    if isinstance(prompt_ids, (str, bytes, bytearray)) or \
+            not isinstance(prompt_ids, (list, tuple, range, np.ndarray, torch.Tensor)):
+        raise ValueError(f"prompt_ids must be a list, tuple or 1-D tensor of token ids, got "
+                         f"{type(prompt_ids).__name__}; tokenize the text first (tokenizer.encode)")
     if isinstance(prompt_ids, torch.Tensor):
         if prompt_ids.dim() != 1:
             raise ValueError(f"prompt_ids must be a 1-D tensor of token ids, got shape {tuple(prompt_ids.shape)}; "

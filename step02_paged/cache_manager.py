@@ -23,13 +23,9 @@ from dataclasses import dataclass, field
 from step01_kvcache.request import SamplingParams
 
 from .block_manager import BlockManager
+from .geometry import PoolGeometry, cdiv
 from .kv_pool import KVPool
 from .sequence import Sequence
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division: the blocks that `a` tokens fill when a block holds `b`."""
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -66,21 +62,25 @@ class PrefixCacheStats:
 
 
 class CacheManager(ABC):
-    """KV memory as the scheduler sees it: a BlockManager of `block_size`-token blocks, and the sequences that
-    hold some of them (`holders`, by id)."""
+    """KV memory as the scheduler sees it: a BlockManager over the pool's blocks (`geometry`), and the sequences
+    that hold some of them (`holders`, by id). `pool` is where the blocks' K/V live: the engine gives it, and only
+    a manager that copies K/V (chapter 5's host tier) looks at it; bookkeeping alone runs without one."""
 
     block_manager: BlockManager
     design: str  # a short name for benches and options: "none", "hash", "radix", "bridge"
 
-    def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
+    def __init__(self, geometry: PoolGeometry, pool: KVPool | None = None) -> None:
+        self.geometry, self.pool = geometry, pool
         self.holders: dict[int, Sequence] = {}
         self.stats = PrefixCacheStats()
-        self.pool: KVPool | None = None  # where the blocks' K/V live; the engine sets it (most managers never look)
+
+    @property
+    def block_size(self) -> int:
+        return self.geometry.block_size
 
     @property
     def num_blocks(self) -> int:
-        return self.block_manager.num_blocks
+        return self.geometry.num_blocks
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int, match: PrefixMatch | None = None) -> int:
         """New blocks that `num_new_tokens` more tokens of `seq` need: on admission the match's blocks are

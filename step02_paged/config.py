@@ -1,8 +1,10 @@
-"""EngineConfig: the pool's geometry, the scheduler's budget and the engine loop's mode, each field checked here
-and nowhere else. It is the one owner of `block_size`: the engine hands it to the pool and the cache manager."""
+"""EngineConfig: the pool's geometry and the scheduler's budget, each field checked here and nowhere else (the
+geometry's two fields by `PoolGeometry`, which the engine hands to the pool and the cache manager)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from .geometry import PoolGeometry, check_positive_int
 
 
 @dataclass(frozen=True)
@@ -12,10 +14,14 @@ class EngineConfig:
     max_num_seqs: int = 8  # seats: sequences running at once
     max_num_batched_tokens: int = 512  # token budget of one step
     enable_chunked_prefill: bool = True  # a long prompt runs in budget-sized chunks
-    overlap: bool = False  # schedule step N+1 while step N runs (SGLang's overlap scheduler; chapter 6)
 
     def __post_init__(self) -> None:
-        for name in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.geometry  # noqa: B018 (checks num_blocks and block_size)
+        check_positive_int("max_num_seqs", self.max_num_seqs)
+        check_positive_int("max_num_batched_tokens", self.max_num_batched_tokens)
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ValueError(f"enable_chunked_prefill must be a bool, got {self.enable_chunked_prefill!r}")
+
+    @property
+    def geometry(self) -> PoolGeometry:
+        return PoolGeometry(self.num_blocks, self.block_size)

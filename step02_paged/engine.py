@@ -3,19 +3,17 @@ scheduled tokens of all sequences, samples where a sequence reached its end, and
 
 The model is chapter 1's Transformer, unchanged: only its KV store is new (PagedAttention over a KVPool).
 
-A step has two halves. `_launch` builds the step's inputs (`ForwardBatch`, in O(what the step runs)), runs the
-forward and samples — on a GPU all of it is queued on the device and nothing waits. `_finish` reads the sampled
-tokens back (the one host-device synchronisation of a step), appends them and retires finished requests. The
-synchronous engine, the one this chapter teaches, runs the two back to back. With `EngineConfig(overlap=True)`
-(chapter 6) step N+1 is scheduled and launched before step N's tokens are read, so the host's work hides behind
-the device's: a decode whose token is still on the device runs with a placeholder that the device fills in, and a
-request that finished is noticed one step late (the extra token it sampled is dropped).
+A step reads top to bottom: the scheduler picks who runs and how many tokens each; `_prepare` builds the step's
+inputs (`ForwardBatch`, in O(what the step runs)) and advances every sequence's counter; the runner turns the batch
+into the logits of the sampled rows; `_sample` picks one token per row; `_append` adds the tokens and retires what
+finished. Everything happens in the step that scheduled it, so the host waits for the forward (on a GPU that wait
+is what chapter 6's overlapped engine removes, by overriding `step`).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -25,11 +23,13 @@ from step01_kvcache.request import SamplingParams, validate_prompt
 from step01_kvcache.sampling import sample
 
 from .block_table import BlockTable
-from .cache_manager import CacheManager, cdiv
+from .cache_manager import CacheManager
 from .config import EngineConfig
-from .forward_batch import ForwardBatch
+from .forward_batch import ForwardBatch, decodes_first
+from .geometry import PoolGeometry, cdiv
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
+from .model_runner import ModelRunner
 from .paged_attention import PagedAttention
 from .scheduler import Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
@@ -64,48 +64,31 @@ class EngineStats:
         return 1 - self.filled_slot_steps / self.allocated_slot_steps if self.allocated_slot_steps else 0.0
 
 
-@dataclass
-class Launched:
-    """A step whose forward is queued: which sequences it samples, and their tokens (on the device, and a host
-    copy on its way)."""
-
-    sampled: list[Sequence]
-    tokens: torch.Tensor  # [len(sampled)] on the model's device
-    index: dict[int, int] = field(default_factory=dict)  # seq_id -> its token's index in `tokens`
-    host: torch.Tensor | None = None  # pinned host copy, filled once `ready` has passed
-    ready: torch.cuda.Event | None = None
-
-    def read(self) -> list[int]:
-        """The sampled tokens as ints: the one point where the host waits for the device."""
-        if self.ready is None:
-            return self.tokens.tolist()
-        self.ready.synchronize()
-        return self.host.tolist()
-
-
 class Engine:
     """One engine for every chapter; two seams choose what it runs on, and a policy the order of admission.
 
-    `manager` builds the cache manager from the pool's geometry: any callable `(num_blocks, block_size) ->
-    CacheManager`, usually the manager class itself (chapter 2's KVCacheManager pages without caching).
-    `attention` is the attention backend (chapter 1's `AttentionBackend`): `for_step(pool, batch)` returns the
-    step's KV store. `policy` orders the waiting queue before each admission (the scheduler's `Policy`; by
-    default first come, first served); it belongs to this engine alone, since it may keep state."""
+    `manager` builds the cache manager from the pool: any callable `(geometry, pool) -> CacheManager`, usually the
+    manager class itself (chapter 2's KVCacheManager pages without caching). `attention` is the attention backend
+    (chapter 1's `AttentionBackend`): `for_step(pool, batch)` returns the step's KV store. `policy` orders the
+    waiting queue before each admission (the scheduler's `Policy`; by default first come, first served); it
+    belongs to this engine alone, since it may keep state. `runner` makes the one object that runs the model
+    (`ModelRunner`: eager; chapter 6 replays CUDA graphs)."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
-                 manager: Callable[[int, int], CacheManager] = KVCacheManager,
-                 attention: AttentionBackend = PagedAttention, policy: Policy | None = None) -> None:
+                 manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,
+                 attention: AttentionBackend = PagedAttention, policy: Policy | None = None,
+                 runner: Callable[[Transformer, AttentionBackend, KVPool], ModelRunner] = ModelRunner) -> None:
         self.model, self.config, self.attention = model, config, attention
-        self.cache_manager = manager(config.num_blocks, config.block_size)
-        self.pool = KVPool(model.config, config.num_blocks, config.block_size, model.dtype, model.device)
-        self.cache_manager.pool = self.pool
+        geometry = config.geometry
+        self.pool = KVPool(model.config, geometry, model.dtype, model.device)
+        self.cache_manager = manager(geometry, self.pool)
         self.block_table = BlockTable(config.max_num_seqs, cdiv(model.config.max_position_embeddings,
                                                                 config.block_size), model.device)
+        self.runner = runner(model, attention, self.pool)
         self.scheduler = Scheduler(config, self.cache_manager, policy)
         self.seqs: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self.last_scheduled: list[tuple[int, int]] = []  # (seq_id, tokens) of the latest step, for display
-        self._inflight: Launched | None = None  # overlap: the step launched last, its tokens not read yet
         self._next_id = 0
 
     # ---- requests ---------------------------------------------------------------------------------------
@@ -113,6 +96,13 @@ class Engine:
                     **options: object) -> int:
         """Queue a request; returns its id. `options` go to the cache manager's `new_sequence` (chapter 2's
         takes none). Rejects, with nothing queued, what could never run."""
+        return self._queue(self._check_request(prompt_ids, params), params, options)
+
+    def _check_request(self, prompt_ids: Seq[int] | torch.Tensor, params: SamplingParams) -> list[int]:
+        """The prompt as a list of ints, once everything about the request is known to be runnable; a
+        ValueError that says what to fix otherwise."""
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
         ids = validate_prompt(self.model.config, prompt_ids, params.max_new_tokens)
         cfg = self.config
         longest = len(ids) + params.max_new_tokens - 1  # the last sampled token is never stored
@@ -123,6 +113,12 @@ class Engine:
         if not cfg.enable_chunked_prefill and longest > cfg.max_num_batched_tokens:
             raise ValueError(f"without chunked prefill a {longest}-token sequence must fit the step budget "
                              f"max_num_batched_tokens={cfg.max_num_batched_tokens}; enable chunked prefill")
+        vocab = self.model.config.vocab_size
+        if any(t >= vocab for t in params.stop_token_ids):
+            raise ValueError(f"stop_token_ids {params.stop_token_ids} are not all in the vocabulary 0..{vocab - 1}")
+        return ids
+
+    def _queue(self, ids: list[int], params: SamplingParams, options: dict) -> int:
         seq = self.cache_manager.new_sequence(self._next_id, ids, params, **options)
         seq.generator = params.make_generator(self.model.device)
         self._next_id += 1
@@ -139,82 +135,72 @@ class Engine:
         return self._retire(seq)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or self._inflight is not None
+        return self.scheduler.has_unfinished()
 
     # ---- one step -----------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
-        """Schedule, launch one forward over all scheduled tokens, read the sampled tokens, retire. Returns the
-        requests that finished. With overlap, the tokens read are the previous step's."""
-        batch = self.scheduler.schedule()
-        for seq in self.scheduler.preempted:
-            self.block_table.release(seq.seq_id)
-        launched = self._launch(batch) if batch else None
-        if self.config.overlap:
-            launched, self._inflight = self._inflight, launched
-        finished = self._finish(launched) if launched else []
-        if batch:
-            self.stats.steps += 1
-            self._record_usage()
+        """Schedule, run one forward over all scheduled tokens, sample, append, retire. Returns the requests that
+        finished."""
+        batch = decodes_first(self.scheduler.schedule())
+        self._release_rows(self.scheduler.preempted)
+        if not batch:
+            return []
+        forward_batch, sampled = self._prepare(batch)
+        tokens = self._sample(self.runner.forward(forward_batch), sampled)
+        self._advance(batch)
+        finished = self._append(sampled, tokens.tolist())
+        self._record_step()
         return finished
 
-    def _launch(self, batch: list[tuple[Sequence, int]]) -> Launched:
-        """Build the step's inputs, queue the forward and the sampling; advance every sequence's counter."""
-        batch.sort(key=lambda item: item[1] != 1)  # single-token sequences first (batched decode attention)
+    def _release_rows(self, seqs: list[Sequence]) -> None:
+        """Preempted sequences give their block-table rows back (their blocks went back already)."""
+        for seq in seqs:
+            self.block_table.release(seq.seq_id)
+
+    def _prepare(self, batch: list[tuple[Sequence, int]],
+                 token_ids: list[int] | None = None) -> tuple[ForwardBatch, list[Sequence]]:
+        """The step's inputs (`batch` has its decodes first; `token_ids` by default the sequences' own), and the
+        sequences it samples: those that run all their pending tokens."""
         self.last_scheduled = [(s.seq_id, n) for s, n in batch]
         seqs = [s for s, _ in batch]
-        counts = [n for _, n in batch]
-        # the rows where a sequence reaches its last token, and samples
-        rows = [i for i, (s, n) in enumerate(batch) if s.num_computed_tokens + n == s.num_tokens + s.num_placeholders]
-        previous = self._inflight
-        fb = ForwardBatch.build(seqs, counts, self.block_table, self.config.block_size, rows,
-                                previous.index if previous else None, previous.tokens if previous else None)
-        hidden = self.model(fb.input_ids, fb.positions, self.attention.for_step(self.pool, fb))
-        sampled = [seqs[i] for i in rows]
-        # every row sampled (a decode step): the rows as the model returned them (a CUDA graph's logits are ready)
-        last = hidden if len(rows) == hidden.shape[0] else hidden[fb.logits_indices]
-        tokens = self._sample(last, sampled) if rows else fb.logits_indices  # (empty)
+        rows = [i for i, (s, n) in enumerate(batch) if n == s.num_pending_tokens]
+        forward_batch = ForwardBatch.build(seqs, [n for _, n in batch], self.block_table, self.config.block_size,
+                                           rows, token_ids)
+        return forward_batch, [seqs[i] for i in rows]
+
+    def _advance(self, batch: list[tuple[Sequence, int]]) -> None:
+        """The forward ran: every sequence's counter moves past the tokens it computed, and its cache manager hears
+        of it (a prefix cache publishes what became reusable). Only after the forward: a forward that raised leaves
+        every counter where it was."""
         for seq, n in batch:
             seq.advance(n)
             self.cache_manager.on_computed(seq)
-        for seq in sampled:
-            seq.num_placeholders += 1
-        launched = Launched(sampled, tokens, {s.seq_id: i for i, s in enumerate(sampled)})
-        if tokens.is_cuda:  # start the copy back now; `read` waits for it only when the tokens are needed
-            launched.host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-            launched.host.copy_(tokens, non_blocking=True)
-            launched.ready = torch.cuda.Event()
-            launched.ready.record()
-        return launched
 
-    def _sample(self, hidden: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """One token per row, on the device: greedy rows in one argmax, the others with their own generator."""
-        logits = self.model.compute_logits(hidden)
         tokens = logits.argmax(-1)
         for row, seq in enumerate(seqs):
             if not seq.params.greedy:
                 tokens[row] = sample(logits[row], seq.params, seq.generator)
         return tokens
 
-    def _finish(self, launched: Launched) -> list[RequestOutput]:
-        """Read a launched step's tokens; append them; retire what finished. A sequence that finished or was
-        aborted since the launch drops its token."""
+    def _append(self, seqs: list[Sequence], tokens: list[int]) -> list[RequestOutput]:
+        """Append each sampled token to its sequence; retire the sequences that finished."""
         finished = []
-        for seq, token in zip(launched.sampled, launched.read()):
-            seq.num_placeholders -= 1
-            if seq.is_finished:
-                continue
+        for seq, token in zip(seqs, tokens):
             seq.append_token(token)
             if seq.is_finished:
                 self.scheduler.finish(seq)
                 finished.append(self._retire(seq))
         return finished
 
-    def _record_usage(self) -> None:
-        """Sampled at the end of each step, over the sequences that still hold memory: O(running), from counts
-        the managers keep (never a walk over every block table)."""
+    def _record_step(self) -> None:
+        """Count the step and sample the memory held at its end, over the sequences that still hold memory:
+        O(running), from counts the managers keep (never a walk over every block table)."""
         allocated, filled = self.cache_manager.slot_usage()
         s = self.stats
+        s.steps += 1
         s.peak_blocks = max(s.peak_blocks, allocated // self.config.block_size)
         s.allocated_slot_steps += allocated
         s.filled_slot_steps += filled
@@ -235,7 +221,8 @@ class Engine:
         plist = params if isinstance(params, list) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(plist)} sampling params")
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, plist)]
+        checked = [self._check_request(p, sp) for p, sp in zip(prompts, plist)]  # all, before any is queued
+        ids = [self._queue(p, sp, {}) for p, sp in zip(checked, plist)]
         done: dict[int, RequestOutput] = {}
         bar = None
         if progress:
@@ -249,6 +236,10 @@ class Engine:
         if bar:
             bar.close()
         return [done[i] for i in ids]
+
+    def _tokens_in_flight(self) -> dict[int, int]:
+        """Sampled tokens not read yet, per live sequence: none, since every step reads what it sampled."""
+        return {}
 
     @property
     def kv_bytes_per_block(self) -> int:
@@ -266,9 +257,13 @@ class Engine:
             assert not s.block_table and s.num_computed_tokens == 0, f"waiting sequence {s.seq_id} holds blocks"
             assert s.seq_id not in self.block_table.rows, f"waiting sequence {s.seq_id} holds a block-table row"
         for s in running:
-            assert s.status is SequenceStatus.RUNNING and s.num_pending_tokens >= 1
+            assert s.status is SequenceStatus.RUNNING and (s.num_pending_tokens >= 1 or s.num_in_flight), \
+                f"running sequence {s.seq_id} has nothing to run and nothing in flight"
         for s in self.seqs.values():
             s.check_invariants()
+        in_flight = {s.seq_id: s.num_in_flight for s in self.seqs.values() if s.num_in_flight}
+        assert in_flight == self._tokens_in_flight(), \
+            f"tokens in flight {in_flight}, but the engine has {self._tokens_in_flight()} unread"
         self.block_table.check_invariants(running)
         if not self.has_unfinished():
             assert not self.cache_manager.holders and self.cache_manager.slot_usage() == (0, 0), \

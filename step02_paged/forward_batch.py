@@ -7,10 +7,6 @@ positions (RoPE), `slot_mapping` (where each token's K/V goes), and per sequence
 step (`seq_lens`), where its rows start (`query_start_loc`, vLLM's name; FlashAttention's `cu_seqlens_q`) and
 its row of the persistent block table. On a GPU all of it, with the block table's new entries, is packed into
 one pinned host buffer and copied once, without waiting (SGLang's `ForwardBatch`, vLLM's input batch).
-
-A decode's token may not be on the host yet: with overlap scheduling (chapter 6) the previous step sampled it
-on the device and nobody has read it. Such a token is a *placeholder*: its row takes the id straight from the
-previous step's output tensor, on the device.
 """
 from __future__ import annotations
 
@@ -61,27 +57,17 @@ class ForwardBatch:
 
     @classmethod
     def build(cls, seqs: list[Sequence], num_new: list[int], table: BlockTable, block_size: int,
-              sample_rows: list[int], placeholders: dict[int, int] | None = None,
-              sampled: torch.Tensor | None = None) -> ForwardBatch:
+              sample_rows: list[int], token_ids: list[int] | None = None) -> ForwardBatch:
         """Sequence i runs tokens num_computed .. num_computed + num_new[i] - 1; single-token sequences first;
-        the sequences listed in `sample_rows` (by batch index) are sampled after the forward. `placeholders` maps
-        a sequence id to its token's index in `sampled`, the previous step's device output.
+        the sequences listed in `sample_rows` (by batch index) are sampled after the forward. `token_ids`, the
+        step's tokens in batch order, defaults to the sequences' own (`step_token_ids`).
 
         Host arrays are numpy (a few microseconds per operation, where a small torch operation costs ten times
         more): this runs every step, and its cost is what the step runs, not what the sequences hold."""
         rows = np.array(table.sync(seqs))  # the rows, brought up to date: only new block ids are written
         computed = np.array([s.num_computed_tokens for s in seqs])
         counts = np.array(num_new)
-        ids: list[int] = []
-        holes: list[int] = []  # flat rows whose token is a placeholder, and where to take it from
-        sources: list[int] = []
-        for seq, c, n in zip(seqs, computed.tolist(), num_new):
-            known = seq.all_token_ids[c: c + n]
-            if len(known) < n:  # the last token is still on the device
-                holes.append(len(ids) + len(known))
-                sources.append(placeholders[seq.seq_id])
-                known = known + [0]
-            ids.extend(known)
+        ids = step_token_ids(seqs, num_new) if token_ids is None else token_ids
         num_tokens = len(ids)
         if num_tokens == len(seqs):  # a decode step: one token per sequence, at its next position
             seq_index, positions, starts = np.arange(len(seqs)), computed, np.arange(len(seqs))
@@ -94,16 +80,12 @@ class ForwardBatch:
         edit_at, edit_ids = table.take_edits()
         parts = [ids, positions, slots, computed + counts, np.append(starts, num_tokens), rows,
                  (starts + counts - 1)[sample_rows]]
-        parts += [holes, sources] if holes else []
         parts += [edit_at, edit_ids] if len(edit_at) else []
         flat = torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False))
         if table.device.type != "cpu":  # pinned, so that the copy does not make the host wait for the device
             flat = flat.pin_memory().to(table.device, non_blocking=True)
         views = flat.split([len(p) for p in parts])
         input_ids, positions_t, slots_t, seq_lens, qsl, rows_t, logits_at = views[:7]
-        if holes:
-            holes_t, sources_t = views[7:9]
-            input_ids[holes_t] = sampled[sources_t]
         if len(edit_at):
             at, new = views[-2:]
             table.device_table.view(-1)[at] = new.to(torch.int32)
@@ -125,10 +107,16 @@ class ForwardBatch:
                    block_size, num_decodes, tuple(num_computed), tuple(num_new))
 
 
-def _to_device(parts: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """One host-to-device copy for all of the step's integer inputs (pinned memory, so the copy does not make the
-    host wait for the device), split back into views on the device. On a CPU they are used as they are."""
-    if device.type == "cpu":
-        return parts
-    flat = torch.cat([p.to(torch.long).flatten() for p in parts]).pin_memory()
-    return list(flat.to(device, non_blocking=True).split([p.numel() for p in parts]))
+def decodes_first(batch: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int]]:
+    """The scheduler's (sequence, tokens) pairs with the single-token sequences first, in their order: the
+    attention runs them as one batched decode (`ForwardBatch.num_decodes`)."""
+    return sorted(batch, key=lambda item: item[1] != 1)
+
+
+def step_token_ids(seqs: list[Sequence], num_new: list[int]) -> list[int]:
+    """The ids of the tokens the step runs, sequence after sequence: each one's next `num_new` tokens."""
+    ids: list[int] = []
+    for seq, n in zip(seqs, num_new):
+        c = seq.num_computed_tokens
+        ids += seq.all_token_ids[c: c + n]
+    return ids

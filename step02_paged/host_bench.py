@@ -1,13 +1,14 @@
 """`python -m course bench step02 --workload host`: what the engine's host does per decode step, without a model.
 
-On a GPU the host prepares step N+1 while (with overlap) or before (without) the device runs step N, so the
-host's microseconds per step are either hidden or added to every token. This bench measures them alone: the
-model is a stand-in that returns zeros at once and never attends (`NullModel`, `NoAttention`: on a GPU the
-attention is the device's work), and everything else is the real engine — the scheduler, the cache manager,
-the persistent block table, the step's `ForwardBatch`, sampling, bookkeeping. 64 sequences decode side by side
-at contexts of 512 to 16,384 tokens, for every chapter's cache manager. Work per step must follow what the step
-runs (64 tokens, a block now and then), not what the sequences hold: the time per step should not grow with
-the context.
+On a GPU the host prepares step N+1 while (chapter 6's overlapped engine) or before (chapter 2's) the device runs
+step N, so the host's microseconds per step are either hidden or added to every token. This bench measures them
+alone: the runner is a stand-in that returns zero logits at once (`NullRunner`: on a GPU the forward is the
+device's work), and everything else is the real engine — the scheduler, the cache manager, the persistent block
+table, the step's `ForwardBatch`, sampling, bookkeeping. 64 sequences decode side by side at contexts of 512 to
+16,384 tokens, for every chapter's cache manager. Work per step must follow what the step runs (64 tokens, a block
+now and then), not what the sequences hold: the time per step should not grow with the context. Where the time
+goes is timed through the engine's own parts: `ClockedEngine` overrides each method of a step to call chapter 2's
+with a clock around it.
 """
 from __future__ import annotations
 
@@ -16,21 +17,21 @@ import importlib
 import pkgutil
 import pstats
 import time
-from contextlib import ExitStack
+from collections import Counter
 from pathlib import Path
 from statistics import median
-from unittest.mock import patch
 
 import torch
 
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.request import SamplingParams
 
-from .cache_manager import CacheManager, cdiv
+from .cache_manager import CacheManager
 from .config import EngineConfig
 from .engine import Engine
 from .forward_batch import ForwardBatch
-from .kv_pool import KVPool
+from .geometry import cdiv
+from .model_runner import ModelRunner
 from .scheduler import Scheduler
 
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -38,26 +39,79 @@ SEQS, STEPS, TURN = 64, 48, 8
 
 
 class NullModel:
-    """The model's interface with no arithmetic: hidden states and logits of zeros (greedy picks token 0)."""
+    """What the engine reads of a model, with no weights: its shape, device and dtype."""
 
     def __init__(self, max_len: int) -> None:
         self.config = ModelConfig(vocab_size=128, hidden_size=8, intermediate_size=8, num_layers=1, num_heads=1,
                                   num_kv_heads=1, head_dim=2, max_position_embeddings=max_len)
         self.device, self.dtype = torch.device("cpu"), torch.float32
 
-    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: object) -> torch.Tensor:
-        return torch.zeros(input_ids.shape[0], self.config.hidden_size)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(hidden.shape[0], self.config.vocab_size)
+class NullRunner(ModelRunner):
+    """The runner's contract with no arithmetic: zero logits for the sampled rows (greedy picks token 0)."""
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return torch.zeros(batch.logits_indices.shape[0], self.model.config.vocab_size)
 
 
-class NoAttention:
-    """An attention backend with no host work per step: the batch goes to the kernels as it is (chapter 6)."""
+PARTS = {  # the parts of chapter 2's `Engine.step`, by the method that does each
+    "_schedule": "schedule",
+    "_prepare": "build the step's inputs (_prepare: ForwardBatch.build)",
+    "_forward": "the model stand-in (runner.forward)",
+    "_sample": "sample",
+    "_advance": "advance the counters, publish (_advance: on_computed)",
+    "_append": "append the tokens, retire (_append)",
+    "_record_step": "statistics (_record_step)",
+}
 
-    @classmethod
-    def for_step(cls, pool: KVPool, batch: ForwardBatch) -> NoAttention:
-        return cls()
+
+class ClockedScheduler(Scheduler):
+    def __init__(self, *args, clock) -> None:
+        super().__init__(*args)
+        self.clock = clock
+
+    def schedule(self) -> list:
+        return self.clock("_schedule", super().schedule)
+
+
+class ClockedRunner(NullRunner):
+    def __init__(self, *args, clock) -> None:
+        super().__init__(*args)
+        self.clock = clock
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        return self.clock("_forward", super().forward, batch)
+
+
+class ClockedEngine(Engine):
+    """Chapter 2's engine with a clock around each part of its step: `spent[part]` adds up the seconds."""
+
+    def __init__(self, model: NullModel, config: EngineConfig, manager: type[CacheManager]) -> None:
+        self.spent: Counter = Counter()
+        super().__init__(model, config, manager, runner=lambda *args: ClockedRunner(*args, clock=self.clock))
+        self.scheduler = ClockedScheduler(config, self.cache_manager, clock=self.clock)
+
+    def clock(self, part: str, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.spent[part] += time.perf_counter() - t0
+
+    def _prepare(self, *args):
+        return self.clock("_prepare", super()._prepare, *args)
+
+    def _sample(self, *args):
+        return self.clock("_sample", super()._sample, *args)
+
+    def _advance(self, *args):
+        return self.clock("_advance", super()._advance, *args)
+
+    def _append(self, *args):
+        return self.clock("_append", super()._append, *args)
+
+    def _record_step(self):
+        return self.clock("_record_step", super()._record_step)
 
 
 def cache_managers() -> dict[str, type[CacheManager]]:
@@ -77,18 +131,21 @@ def cache_managers() -> dict[str, type[CacheManager]]:
 
 
 def decoding_engine(manager: type[CacheManager], context: int, block_size: int, seqs: int = SEQS,
-                    steps: int = STEPS, seed: int = 0) -> Engine:
+                    steps: int = STEPS, seed: int = 0, engine: type[Engine] = Engine) -> Engine:
     """An engine with `seqs` sequences of `context` random tokens, prefilled, each with `steps` + 8 tokens to go."""
     model = NullModel(context + steps + 64)
     num_blocks = seqs * cdiv(context + steps + 8, block_size) + 8
     config = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=seqs,
                           max_num_batched_tokens=seqs * context)  # every prompt in the first step
-    engine = Engine(model, config, manager, NoAttention)
+    if engine is Engine:
+        e = Engine(model, config, manager, runner=NullRunner)
+    else:
+        e = engine(model, config, manager)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(seqs):  # random prompts: 64 different branches of a tree, nothing shared
-        engine.add_request(torch.randint(1, 128, (context,), generator=gen), SamplingParams(max_new_tokens=steps + 8))
-    engine.step()  # prefill everyone (not timed)
-    return engine
+        e.add_request(torch.randint(1, 128, (context,), generator=gen), SamplingParams(max_new_tokens=steps + 8))
+    e.step()  # prefill everyone (not timed)
+    return e
 
 
 def host_us_per_step(manager: type[CacheManager], contexts: tuple[int, ...], block_size: int, seqs: int = SEQS,
@@ -109,50 +166,22 @@ def host_us_per_step(manager: type[CacheManager], contexts: tuple[int, ...], blo
     return {c: median(ts) * 1e6 for c, ts in times.items()}
 
 
-LAUNCH = "launch, the rest (the model stand-in, advance, on_computed)"
-PHASES = {  # the parts of `Engine.step`, by the method that does each; build and sample run inside _launch
-    "schedule": (Scheduler, "schedule"),
-    "build the step's inputs (ForwardBatch.build)": (ForwardBatch, "build"),
-    "sample": (Engine, "_sample"),
-    LAUNCH: (Engine, "_launch"),
-    "read and append the tokens, retire (_finish)": (Engine, "_finish"),
-    "usage statistics (_record_usage)": (Engine, "_record_usage"),
-}
-INSIDE_LAUNCH = ("build the step's inputs (ForwardBatch.build)", "sample")
-
-
 def host_profile(manager: type[CacheManager], context: int = CONTEXTS[0], steps: int = STEPS) -> dict:
-    """Where a decode step's host time goes. `share`: each part of `Engine.step`, timed by the clock around the
-    method that does it (a wrapper costs well under a microsecond); `top_functions`: the functions whose own code
-    takes longest under cProfile (which slows small calls most, so read it as where to look, not as shares)."""
-    spent = dict.fromkeys(PHASES, 0.0)
-
-    def timed(phase, fn):
-        def run(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent[phase] += time.perf_counter() - t0
-        return run
-
+    """Where a decode step's host time goes. `share`: each part of `Engine.step`, timed by `ClockedEngine`'s clock
+    around the method that does it (a clock costs well under a microsecond); `top_functions`: the functions whose
+    own code takes longest under cProfile (which slows small calls most, so read it as where to look, not as
+    shares)."""
     block_size = 1 if manager.design == "radix" else EngineConfig.block_size
-    engine = decoding_engine(manager, context, block_size, steps=steps)
+    engine = decoding_engine(manager, context, block_size, steps=steps, engine=ClockedEngine)
     per_step = []  # each step's time in each part, and in all: the medians resist a burst of load
-    with ExitStack() as clocks:  # the methods get their clocks for these steps only
-        for phase, (owner, name) in PHASES.items():
-            raw = owner.__dict__[name]
-            wrapped = classmethod(timed(phase, raw.__func__)) if isinstance(raw, classmethod) else timed(phase, raw)
-            clocks.enter_context(patch.object(owner, name, wrapped))
-        for _ in range(steps // 2):
-            spent.update(dict.fromkeys(PHASES, 0.0))
-            t0 = time.perf_counter()
-            engine.step()
-            per_step.append(dict(spent, total=time.perf_counter() - t0))
+    for _ in range(steps // 2):
+        engine.spent.clear()
+        t0 = time.perf_counter()
+        engine.step()
+        per_step.append(dict(engine.spent, total=time.perf_counter() - t0))
     for row in per_step:
-        row[LAUNCH] -= sum(row[p] for p in INSIDE_LAUNCH)
-        row["other"] = row["total"] - sum(row[p] for p in PHASES)
-    typical = {phase: median(row[phase] for row in per_step) for phase in [*PHASES, "other"]}
+        row["other"] = row["total"] - sum(row.get(part, 0.0) for part in PARTS)
+    typical = {PARTS.get(part, part): median(row.get(part, 0.0) for row in per_step) for part in [*PARTS, "other"]}
     total = sum(typical.values())
     profiler = cProfile.Profile()
     profiler.runcall(lambda: [engine.step() for _ in range(steps // 2)])

@@ -16,7 +16,9 @@ from collections.abc import Iterable
 from step01_kvcache.request import SamplingParams
 
 from .block_manager import BlockManager
-from .cache_manager import CacheManager, PrefixMatch, cdiv
+from .cache_manager import CacheManager, PrefixMatch
+from .geometry import PoolGeometry, cdiv
+from .kv_pool import KVPool
 from .sequence import Sequence
 
 
@@ -25,9 +27,9 @@ class KVCacheManager(CacheManager):
 
     design = "none"  # paging, no prefix cache
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        super().__init__(block_size)
-        self.block_manager = BlockManager(num_blocks)
+    def __init__(self, geometry: PoolGeometry, pool: KVPool | None = None) -> None:
+        super().__init__(geometry, pool)
+        self.block_manager = BlockManager(geometry.num_blocks)
 
     def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> Sequence:
         return Sequence(seq_id, prompt_ids, params)
@@ -98,7 +100,7 @@ def check_block_tables(seqs: list[Sequence], block_manager: BlockManager, block_
     expected = Counter(b for seq in seqs for b in seq.block_table) + (other_holders or Counter())
     for seq in seqs:
         assert not seq.is_finished, f"finished sequence {seq.seq_id} still holds blocks"
-        assert len(seq.block_table) <= cdiv(seq.num_tokens + seq.num_placeholders, block_size), \
+        assert len(seq.block_table) <= cdiv(seq.num_tokens_with_in_flight, block_size), \
             f"sequence {seq.seq_id} holds {len(seq.block_table)} blocks for {seq.num_tokens} tokens"
         assert seq.num_computed_tokens <= len(seq.block_table) * block_size, \
             f"sequence {seq.seq_id}: computed tokens beyond its blocks"

@@ -10,20 +10,18 @@ import torch
 
 from step01_kvcache.config import ModelConfig
 
+from .geometry import PoolGeometry
+
 
 class KVPool:
     """Preallocated K/V storage shared by all sequences; a slot is `block * block_size + offset`."""
 
-    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype = torch.float32,
+    def __init__(self, cfg: ModelConfig, geometry: PoolGeometry, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu") -> None:
-        if block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {block_size}")
-        if num_blocks <= 0:
-            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
-        shape = (cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+        shape = (cfg.num_layers, geometry.num_blocks, geometry.block_size, cfg.num_kv_heads, cfg.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.num_blocks, self.block_size = num_blocks, block_size
+        self.geometry = geometry
 
     @property
     def bytes_per_block(self) -> int:

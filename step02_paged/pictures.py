@@ -9,6 +9,7 @@ from course.draw import Dot, word_ids
 from step01_kvcache.request import SamplingParams
 
 from .cache_manager import CacheManager
+from .geometry import PoolGeometry
 from .kv_cache_manager import KVCacheManager
 from .scheduler import admit
 from .sequence import Sequence
@@ -93,6 +94,6 @@ def side_by_side(kv: CacheManager, requests: list[tuple[Sequence, list[int]]], s
 def lesson_figures() -> dict[str, str]:
     """Two requests decode side by side in an 8-block pool of 4-token blocks. Each takes a block from the free
     list when its last one is full, so a block table lists whatever blocks were free at the time."""
-    kv = KVCacheManager(num_blocks=8, block_size=4)
+    kv = KVCacheManager(PoolGeometry(8, 4))
     side_by_side(kv, [chat(kv, i, system=False, max_new_tokens=8) for i in (0, 1)])
     return {"block_tables": block_tables_dot(kv, name="block_tables", row=8)}

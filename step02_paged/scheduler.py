@@ -14,7 +14,6 @@ the queue. This chapter's is first come, first served (FCFS), which leaves it as
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
 
 from .cache_manager import CacheManager, PrefixMatch
 from .config import EngineConfig
@@ -30,18 +29,27 @@ def admit(cache_manager: CacheManager, seq: Sequence, match: PrefixMatch) -> Non
         cache_manager.stats.record(seq)
 
 
-class Policy(Protocol):
+class Policy:
     """Orders the waiting queue before admission. It may keep state (one policy per scheduler) and may ask the
-    cache manager about a request (`get_computed_blocks` looks only); it never changes a request."""
+    cache manager about a request (`get_computed_blocks` looks only); it never changes a request. The scheduler
+    asks once whether it can work with the cache manager (`check`) and tells it every admission (`on_admit`).
+    A policy subclasses this one and writes `order`; the other two do nothing unless it needs them."""
 
-    name: str
+    name = "policy"
 
     def order(self, waiting: deque[Sequence], cache_manager: CacheManager, seats: int) -> None:
         """Reorder `waiting` in place; preempted sequences stay at its front, in their order. At most `seats`
         sequences (the free seats) are admitted from the front before the next call."""
+        raise NotImplementedError
+
+    def on_admit(self, seq: Sequence) -> None:
+        """`seq` was just admitted (for the first time, or again after a preemption)."""
+
+    def check(self, cache_manager: CacheManager) -> None:
+        """Raise ValueError if this policy cannot order the queue of this cache manager."""
 
 
-class FCFS:
+class FCFS(Policy):
     """First come, first served: the queue as it is, in arrival order, a preempted sequence at its front."""
 
     name = "fcfs"
@@ -57,6 +65,7 @@ class Scheduler:
     def __init__(self, config: EngineConfig, cache_manager: CacheManager, policy: Policy | None = None) -> None:
         self.config, self.cache_manager = config, cache_manager
         self.policy: Policy = policy or FCFS()
+        self.policy.check(cache_manager)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preempted: list[Sequence] = []  # preempted by the latest `schedule` (the engine frees their rows)
@@ -81,7 +90,7 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
             n = min(seq.num_pending_tokens, budget) if chunked else seq.num_pending_tokens
-            if n > budget or not seq.needs_step:  # too long for what is left, or sampled all it may (overlap)
+            if not n or n > budget:  # nothing to run yet, or too long for what is left of the budget
                 i += 1
                 continue
             while not self.cache_manager.allocate_slots(seq, n):
@@ -96,8 +105,6 @@ class Scheduler:
         # admit new work only when nothing had to be preempted: the pool is tight otherwise
         while not self.preempted and self.waiting and len(self.running) < self.config.max_num_seqs and budget > 0:
             seq = self.waiting[0]
-            if seq.num_placeholders:  # preempted with a sampled token not yet read: it cannot be recomputed yet
-                break
             match = self.cache_manager.get_computed_blocks(seq)
             n = seq.num_tokens - match.num_tokens
             if chunked:
@@ -108,6 +115,7 @@ class Scheduler:
                 break
             self.waiting.popleft()
             admit(self.cache_manager, seq, match)
+            self.policy.on_admit(seq)
             self.running.append(seq)
             scheduled.append((seq, n))
             budget -= n

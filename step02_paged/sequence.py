@@ -7,7 +7,10 @@ after its cached prefix), `advance` (a forward computed n more tokens) and `pree
 back to 0, to be recomputed later, prompt and answer so far together). A cache manager reads it, never writes it.
 
 The tokens live in one list, `all_token_ids`, grown in place: reading a step's tokens costs what the step runs,
-not what the sequence holds.
+not what the sequence holds. An engine that samples on a GPU and reads the tokens back a step later (chapter 6's
+overlapped engine) counts the tokens sampled but not read yet in `num_in_flight`; they already take a position, so
+everything that sizes a sequence asks `num_tokens_with_in_flight`. Chapter 2's engine reads every token in the
+step that sampled it: there, `num_in_flight` is always 0.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)  # logical block i -> physical block id
     num_computed_tokens: int = 0  # tokens whose K/V are in the pool (or being written by a launched step)
     num_cached_tokens: int = 0  # of the prompt, found in the pool on first admission (a prefix hit)
-    num_placeholders: int = 0  # tokens sampled on the device that the host has not read yet (overlap only)
+    num_in_flight: int = 0  # tokens sampled on the device whose ids the host has not read yet (chapter 6)
     num_preemptions: int = 0
     synced_blocks: int = 0  # leading block_table entries the engine's block-table tensor already holds
     arrival_time: float = field(default_factory=time.perf_counter)
@@ -57,15 +60,17 @@ class Sequence:
         return len(self.prompt_ids)
 
     @property
-    def num_pending_tokens(self) -> int:
-        """Tokens to run before the next sample: the rest of the prompt, or the last sampled token (which may
-        still be a placeholder on the device)."""
-        return self.num_tokens + self.num_placeholders - self.num_computed_tokens
+    def num_tokens_with_in_flight(self) -> int:
+        """Positions the sequence holds: its tokens, and those sampled but not read back yet."""
+        return self.num_tokens + self.num_in_flight
 
     @property
-    def needs_step(self) -> bool:
-        """False once every token it may sample is sampled (overlap: the last ones are still placeholders)."""
-        return len(self.output_ids) + self.num_placeholders < self.params.max_new_tokens
+    def num_pending_tokens(self) -> int:
+        """Tokens to run before the next sample: the rest of the prompt, or the last sampled token. None once the
+        sequence has sampled all it may: it only waits for its last tokens to be read (chapter 6)."""
+        if len(self.output_ids) + self.num_in_flight >= self.params.max_new_tokens:
+            return 0
+        return self.num_tokens_with_in_flight - self.num_computed_tokens
 
     @property
     def is_finished(self) -> bool:
@@ -114,7 +119,7 @@ class Sequence:
     def check_invariants(self) -> None:
         assert self.all_token_ids == self.prompt_ids + self.output_ids, \
             f"sequence {self.seq_id}: its token list is not its prompt and its answer"
-        assert 0 <= self.num_computed_tokens <= self.num_tokens + self.num_placeholders, \
+        assert 0 <= self.num_computed_tokens <= self.num_tokens_with_in_flight, \
             f"sequence {self.seq_id}: {self.num_computed_tokens} computed of {self.num_tokens} tokens"
         assert 0 <= self.num_cached_tokens < self.num_prompt_tokens or self.num_cached_tokens == 0, \
             f"sequence {self.seq_id}: {self.num_cached_tokens} cached prompt tokens of {self.num_prompt_tokens}"

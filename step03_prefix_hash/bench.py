@@ -13,7 +13,8 @@ import timeit
 from course.bench import prefix_cache_bench, register
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager
-from step02_paged.cache_manager import PrefixMatch, cdiv
+from step02_paged.cache_manager import PrefixMatch
+from step02_paged.geometry import PoolGeometry, cdiv
 from step02_paged.scheduler import admit
 
 from .kv_cache_manager import PrefixCachingKVCacheManager
@@ -80,7 +81,7 @@ def builtin_hash_seconds_per_token(num_tokens: int = 2048, block_size: int = BLO
 
 def lookup_seconds(num_tokens: int = 2048, block_size: int = BLOCK_SIZE) -> float:
     """get_computed_blocks on an already hashed prompt whose blocks are all cached (and free)."""
-    kv = PrefixCachingKVCacheManager(num_tokens // block_size + 2, block_size)
+    kv = PrefixCachingKVCacheManager(PoolGeometry(num_tokens // block_size + 2, block_size))
     tokens, params = list(range(num_tokens)), SamplingParams(max_new_tokens=1)
     first = kv.new_sequence(0, tokens, params)
     assert kv.allocate_slots(first, num_tokens)

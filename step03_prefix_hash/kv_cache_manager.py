@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from step01_kvcache.request import SamplingParams
 from step02_paged.cache_manager import CacheManager, PrefixMatch
+from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_cache_manager import check_block_tables, check_slot_usage
+from step02_paged.kv_pool import KVPool
 
 from .block_hash import block_extra_keys
 from .block_manager import CacheEntry, PrefixCachingBlockManager
@@ -30,9 +32,9 @@ class PrefixCachingKVCacheManager(CacheManager):
 
     design = "hash"
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
-        super().__init__(block_size)
-        self.block_manager = PrefixCachingBlockManager(num_blocks)
+    def __init__(self, geometry: PoolGeometry, pool: KVPool | None = None) -> None:
+        super().__init__(geometry, pool)
+        self.block_manager = PrefixCachingBlockManager(geometry.num_blocks)
         self._num_published: dict[int, int] = {}  # seq_id -> blocks of its table already published
 
     def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams,

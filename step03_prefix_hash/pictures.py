@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from course.draw import Dot, words
 from step02_paged.cache_manager import CacheManager
+from step02_paged.geometry import PoolGeometry
 from step02_paged.pictures import chat, side_by_side
 
 from .block_hash import NONE_HASH, BlockHash, short_hash
@@ -148,6 +149,6 @@ def three_chats(kv: CacheManager) -> None:
 def lesson_figures() -> dict[str, str]:
     """Three chats with one system prompt, 4-token blocks, a 10-block pool. Request 0's blocks stay cached in
     the free queue, tail first; requests 1 and 2 hit the system prompt's two blocks (ref 2)."""
-    kv = PrefixCachingKVCacheManager(num_blocks=10, block_size=4)
+    kv = PrefixCachingKVCacheManager(PoolGeometry(10, 4))
     three_chats(kv)
     return {"hash_chain": hash_tree_dot(kv, name="hash_chain", decode=words)}

@@ -22,8 +22,6 @@ class HashedSequence(Sequence):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.block_size <= 0:
-            raise ValueError(f"block_size must be positive, got {self.block_size}")
         self.update_block_hashes()
 
     def append_token(self, token: int) -> None:

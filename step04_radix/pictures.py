@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from course.draw import Dot, word_ids, words
 from step01_kvcache.request import SamplingParams
+from step02_paged.geometry import PoolGeometry
 from step02_paged.pictures import SYSTEM, chat, side_by_side
 from step02_paged.sequence import Sequence as Request
 
@@ -95,7 +96,7 @@ def cache_text(kv: RadixKVCacheManager, decode: Decode | None = None) -> str:
     """The tree as indented text, then one line per live request: the node it locks and what it holds."""
     lines = [tree_text(kv.tree, decode)]
     lines += [f"seq {seq.seq_id}: locks node #{seq.last_node.id} ({seq.cache_protected_len} tokens in the tree), "
-              f"{len(kv.private_slots(seq))} private slots"
+              f"{len(kv.private_blocks(seq))} private slots"
               for seq in sorted(kv.holders.values(), key=lambda s: s.seq_id)]
     return "\n".join(lines)
 
@@ -106,7 +107,7 @@ def cache_dot(kv: RadixKVCacheManager, decode: Decode | None = None, name: str =
     draw_tree(dot, kv.tree, decode)
     for seq in sorted(kv.holders.values(), key=lambda s: s.seq_id):
         dot.node(f"seq{seq.seq_id}", f"seq {seq.seq_id}\n{seq.cache_protected_len} tok in tree, "
-                 f"{len(kv.private_slots(seq))} private", shape="note", fillcolor="#e8f0fe")
+                 f"{len(kv.private_blocks(seq))} private", shape="note", fillcolor="#e8f0fe")
         dot.edge(f"seq{seq.seq_id}", f"n{seq.last_node.id}", "last_node", style="dashed", color="#1a73e8")
     return dot.source()
 
@@ -120,7 +121,7 @@ def occupancy_map(kv: RadixKVCacheManager) -> str:
         for s in node.value:
             cells[s] = "*" if node.lock_ref else "-"
     for seq in kv.holders.values():
-        for s in kv.private_slots(seq):
+        for s in kv.private_blocks(seq):
             cells[s] = digits[seq.seq_id % 36]
     return "".join(cells)
 
@@ -174,7 +175,7 @@ def lesson_figures() -> dict[str, str]:
     """A split, before and after, in a 40-slot pool. Request 0 is decoding: its prompt is one edge, locked
     (lock_ref 1). Request 1 shares the system prompt and "user What is": its match ends inside that edge, which
     is split there; the upper node copies lock_ref 1 and request 1's lock makes it 2."""
-    kv = RadixKVCacheManager(num_slots=40)
+    kv = RadixKVCacheManager(PoolGeometry(40, 1))
     side_by_side(kv, [chat(kv, 0)], steps=2)
     before = cache_dot(kv, words, name="split_before")
     side_by_side(kv, [chat(kv, 1)], steps=1)
@@ -187,7 +188,7 @@ def lpm_figures() -> dict[str, str]:
     wait, in arrival order: one shares only "<s>", one the system prompt and "user What is", one is request 0's
     chat continued (a follow-up turn: everything cached but its new question), one leaves the system prompt after
     "You are a". `lpm` puts them in the order of what they find cached: 16, 11, 5, 1 tokens."""
-    kv = RadixKVCacheManager(num_slots=64)
+    kv = RadixKVCacheManager(PoolGeometry(64, 1))
     side_by_side(kv, [chat(kv, 0)])
     params = SamplingParams(max_new_tokens=1)
     waiting = deque(kv.new_sequence(i, word_ids(text), params) for i, text in enumerate(WAITING, 1))

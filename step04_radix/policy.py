@@ -21,18 +21,18 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections import Counter, deque
-from itertools import islice
 
 from step02_paged.cache_manager import CacheManager
-from step02_paged.scheduler import FCFS
+from step02_paged.scheduler import FCFS, Policy
 from step02_paged.sequence import Sequence
 
 from .radix_tree import TreeNode
+from .tree_cache import TreeCacheManager
 
 FCFS_ABOVE = 128  # SGLang turns the cache-aware sort off above this many waiting requests
 
 
-class CacheAwarePolicy:
+class CacheAwarePolicy(Policy):
     """What every cache-aware policy shares: the preempted head left alone, the fallback to arrival order on a long
     queue, and the bound on overtaking. A subclass says how to `rank` the requests never admitted."""
 
@@ -48,8 +48,13 @@ class CacheAwarePolicy:
             raise ValueError(f"fcfs_above must be an int >= 0, got {fcfs_above!r}")
         self.max_overtakes, self.fcfs_above = max_overtakes, fcfs_above
         self.overtaken: dict[Sequence, int] = {}  # waiting request -> requests that arrived after it, admitted
-        self.admissions_seen = 0  # first admissions the cache manager had recorded at the last call
+        self._admitted: list[int] = []  # ids of the first admissions since the last call, as the scheduler told
         self.num_fcfs_fallbacks = 0  # calls answered in arrival order, without a lookup
+
+    def on_admit(self, seq: Sequence) -> None:
+        """A first admission (a recompute after a preemption overtakes nobody)."""
+        if not seq.num_preemptions:
+            self._admitted.append(seq.seq_id)
 
     def order(self, waiting: deque[Sequence], cache_manager: CacheManager, seats: int) -> None:
         """Preempted requests first, as they are; then the others ranked, within the bound on overtaking (at most
@@ -58,7 +63,7 @@ class CacheAwarePolicy:
         while head < len(waiting) and waiting[head].num_preemptions:
             head += 1
         fresh = list(waiting)[head:]
-        self._count_overtakes(fresh, cache_manager)
+        self._count_overtakes(fresh)
         if len(fresh) < 2:
             return
         if len(fresh) > self.fcfs_above:  # the lookups would cost more than they save
@@ -74,12 +79,10 @@ class CacheAwarePolicy:
         """The requests never admitted, best first (ties in arrival order)."""
         raise NotImplementedError
 
-    def _count_overtakes(self, fresh: list[Sequence], cache_manager: CacheManager) -> None:
-        """Every request admitted since the last call (the cache manager's stats record each first admission, in
-        order) overtook the requests still waiting that arrived before it."""
-        stats = cache_manager.stats
-        new, self.admissions_seen = stats.requests - self.admissions_seen, stats.requests
-        admitted = sorted(seq_id for seq_id, _, _ in islice(reversed(stats.recent), new))
+    def _count_overtakes(self, fresh: list[Sequence]) -> None:
+        """Every request admitted since the last call overtook the requests still waiting that arrived before it."""
+        admitted = sorted(self._admitted)
+        self._admitted.clear()
         self.overtaken = {s: self.overtaken.get(s, 0) + len(admitted) - bisect_right(admitted, s.seq_id)
                           for s in fresh}
 
@@ -133,10 +136,14 @@ class DFSWeight(CacheAwarePolicy):
 
     name = "dfs-weight"
 
-    def rank(self, fresh: list[Sequence], cache_manager: CacheManager) -> list[Sequence]:
-        tree = getattr(cache_manager, "tree", None)
-        if tree is None:
-            raise TypeError(f"dfs-weight walks a radix tree; {type(cache_manager).__name__} has none (use lpm)")
+    def check(self, cache_manager: CacheManager) -> None:
+        """Only a manager with a radix tree: the one place that says so."""
+        if not isinstance(cache_manager, TreeCacheManager):
+            raise ValueError(f"policy 'dfs-weight' walks a radix tree; {type(cache_manager).__name__} has none "
+                             "(use lpm)")
+
+    def rank(self, fresh: list[Sequence], cache_manager: TreeCacheManager) -> list[Sequence]:
+        tree = cache_manager.tree
         at: dict[TreeNode, list[Sequence]] = {}
         for seq in sorted(fresh, key=lambda s: s.seq_id):
             at.setdefault(cache_manager.get_computed_blocks(seq).node or tree.root, []).append(seq)

@@ -24,17 +24,19 @@ from statistics import mean, median
 from course.bench import p99
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
-from step02_paged.cache_manager import CacheManager, cdiv
+from step02_paged.cache_manager import CacheManager
+from step02_paged.geometry import PoolGeometry, cdiv
 
-from .policy import LongestPrefixMatch, make_policy
+from .policy import POLICIES, LongestPrefixMatch, make_policy
 from .radix_cache import RadixKVCacheManager
 
 WORKLOAD = "multi_doc"  # the workload built for it: `python -m course bench step04 --workload multi_doc`
 SEATS = 2  # few seats: the order of admission is what the policy decides
 BOUND = 2  # the bounded variant of lpm: at most this many later arrivals admitted before anyone
-POLICIES = (("fcfs", "fcfs", {}), ("lpm", "lpm", {}), (f"lpm, <={BOUND} overtakes", "lpm", {"max_overtakes": BOUND}),
-            ("dfs-weight", "dfs-weight", {}))  # (label, name, options); dfs-weight only on designs with a tree
-Design = tuple[Callable[[int, int], CacheManager], int]  # (manager factory, block size)
+# (label, policy name, options): every policy as it comes, and lpm with the bound after plain lpm
+VARIANTS = [(name, name, {}) for name in POLICIES]
+VARIANTS.insert(2, (f"lpm, <={BOUND} overtakes", "lpm", {"max_overtakes": BOUND}))
+Design = tuple[Callable[[PoolGeometry], CacheManager], int]  # (manager factory, block size)
 
 
 def pools(prompts: list[list[int]], new_tokens: int, seats: int = SEATS) -> dict[str, int]:
@@ -98,10 +100,9 @@ def compare_policies(chapter: str, designs: dict[str, Design], args: argparse.Na
     Engine(model, EngineConfig(num_blocks=512, block_size=16)).generate([prompts[0]], SamplingParams(max_new_tokens=2))
     plan = []
     for design, (manager, block_size) in designs.items():
-        tree = hasattr(manager(16, block_size), "tree")
-        plan += [(design, label, name, options, "tight") for label, name, options in POLICIES
-                 if tree or name != "dfs-weight"]
-        plan += [(design, label, name, {}, "roomy") for label, name, _ in POLICIES[:2]]
+        plan += [(design, label, name, options, "tight") for label, name, options in VARIANTS
+                 if accepts(make_policy(name), manager(PoolGeometry(16, block_size)))]
+        plan += [(design, label, name, {}, "roomy") for label, name, _ in VARIANTS[:2]]
     passes = max(1, args.repeats)
     best: dict[int, dict] = {}  # plan index -> its fastest pass (every pass computes the same tokens)
     answers = []
@@ -118,6 +119,15 @@ def compare_policies(chapter: str, designs: dict[str, Design], args: argparse.Na
                 outputs_identical=all(a == answers[0] for a in answers), order_cost=order_cost())
 
 
+def accepts(policy, cache_manager: CacheManager) -> bool:
+    """Whether `policy` can order this manager's queue (dfs-weight needs a tree)."""
+    try:
+        policy.check(cache_manager)
+    except ValueError:
+        return False
+    return True
+
+
 def order_cost(queue_lengths: tuple[int, ...] = (16, 128, 1024), prompt_len: int = 2048, repeats: int = 5,
                seed: int = 0) -> dict:
     """Median microseconds of one `lpm` order call on a queue of ~`prompt_len`-token prompts, each a cached prefix
@@ -126,7 +136,7 @@ def order_cost(queue_lengths: tuple[int, ...] = (16, 128, 1024), prompt_len: int
     rng = random.Random(seed)
     stem = [rng.randrange(49152) for _ in range(prompt_len)]
     longest = max(queue_lengths)
-    kv = RadixKVCacheManager(prompt_len * 2)
+    kv = RadixKVCacheManager(PoolGeometry(prompt_len * 2, 1))
     kv.tree.insert(stem, kv.block_manager.allocate(prompt_len))
     params = SamplingParams(max_new_tokens=1)
     cuts = [rng.randrange(prompt_len // 2, prompt_len) for _ in range(8)]

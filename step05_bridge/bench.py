@@ -21,7 +21,7 @@ from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager
-from step02_paged.cache_manager import cdiv
+from step02_paged.geometry import cdiv
 from step02_paged.scheduler import admit
 
 from .bridge_cache import BridgeKVCacheManager

@@ -22,9 +22,7 @@ class BlockRadixTree(RadixTree):
     """A RadixTree whose `TreeNode.value` lists block ids: the blocks whose last token is on the node's edge."""
 
     def __init__(self, block_size: int) -> None:
-        if not isinstance(block_size, int) or block_size <= 0:
-            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-        self.block_size = block_size
+        self.block_size = block_size  # the pool's (`PoolGeometry`, checked there)
         super().__init__()
 
     def span(self, start: int, end: int) -> int:

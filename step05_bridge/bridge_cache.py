@@ -37,30 +37,22 @@ its prompt there than on the device says so (`TieredMatch`), unless the span is 
 (`min_load_tokens`), and admission brings those blocks back (`_load_back`). Requests never hold host blocks: the
 host tree is their only holder.
 
-Admission, the move of the lock and the invariants that tie a request to its place in the tree are chapter 4's
-(`allocate_on_tree`, `move_lock`, `check_tree_holders`): they do not depend on who counts what. What differs is
-the ownership model, and it is all in this file: the request takes a reference on every block it shares, the
-tree one on every block it adopts, a duplicate is swapped for the tree's block, and release is by block table.
+The manager is chapter 4's tree manager (`TreeCacheManager`: admission with a lock, the lock's moves, eviction, the
+invariants of each request's place in the tree), which does not depend on who counts what. What differs is the
+ownership model, and it is all in this file: the request takes a reference on every block it shares, the tree one
+on every block it adopts, a duplicate is swapped for the tree's block, and release is by block table; and the host
+tier.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
 
-from step01_kvcache.request import SamplingParams
-from step02_paged.block_manager import BlockManager
-from step02_paged.cache_manager import CacheManager
-from step02_paged.kv_cache_manager import check_block_tables, check_slot_usage
-from step04_radix.radix_cache import (
-    RadixSequence,
-    TreeMatch,
-    allocate_on_tree,
-    check_match,
-    check_tree_holders,
-    move_lock,
-    reset_tree,
-)
+from step02_paged.geometry import PoolGeometry
+from step02_paged.kv_cache_manager import check_block_tables
+from step02_paged.kv_pool import KVPool
 from step04_radix.radix_tree import TreeNode
+from step04_radix.tree_cache import RadixSequence, TreeCacheManager, TreeMatch
 
 from .block_radix_tree import BlockRadixTree
 from .host_pool import HostPool
@@ -76,31 +68,28 @@ class TieredMatch(TreeMatch):
     host_node: TreeNode | None = None
 
 
-class BridgeKVCacheManager(CacheManager):
-    """A BlockRadixTree over a BlockManager of `num_blocks` blocks of `block_size` tokens."""
+class BridgeKVCacheManager(TreeCacheManager):
+    """A BlockRadixTree over a BlockManager of the pool's blocks; `host_blocks` > 0 adds the host tier."""
 
     design = "bridge"
 
-    def __init__(self, num_blocks: int, block_size: int, host_blocks: int = 0, min_load_tokens: int = 64) -> None:
-        super().__init__(block_size)
-        self.block_manager = BlockManager(num_blocks)
-        self.tree = BlockRadixTree(block_size)
-        self.num_evicted = 0  # blocks taken back from the tree under memory pressure
+    def __init__(self, geometry: PoolGeometry, pool: KVPool | None = None, host_blocks: int = 0,
+                 min_load_tokens: int = 64) -> None:
+        for name, value in (("host_blocks", host_blocks), ("min_load_tokens", min_load_tokens)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        super().__init__(geometry, pool, BlockRadixTree(geometry.block_size))
         self.host_blocks, self.min_load_tokens = host_blocks, min_load_tokens
-        self.host_tree = BlockRadixTree(block_size) if host_blocks else None  # tokens of what host memory holds
-        self.host: HostPool | None = None  # made at the first eviction, on the pool the engine gave (`self.pool`)
-
-    def new_sequence(self, seq_id: int, prompt_ids: list[int], params: SamplingParams) -> RadixSequence:
-        return RadixSequence(seq_id, prompt_ids, params)
+        self.host_tree = BlockRadixTree(geometry.block_size) if host_blocks else None  # what host memory holds
+        self.host: HostPool | None = None  # made at the first eviction, on the engine's pool
 
     # ---- admission ---------------------------------------------------------------------------------------
     def get_computed_blocks(self, seq: RadixSequence) -> TreeMatch:
         """The full blocks of the longest cached prefix (all but the last token may match) and the node where
-        the token match ends. Block-aligned by construction: the path to a node at depth d owns d // B blocks.
-        With a host tier, a longer prefix there (long enough to be worth copying: `min_load_tokens`) makes a
-        `TieredMatch`, loaded on admission. Looks only, as the interface promises: a cache-aware policy may ask
-        about every waiting request."""
-        device = self._device_match(seq)
+        the token match ends (chapter 4's lookup). With a host tier, a longer prefix there (long enough to be worth
+        copying: `min_load_tokens`) makes a `TieredMatch`, loaded on admission. Looks only, as the interface
+        promises: a cache-aware policy may ask about every waiting request."""
+        device = super().get_computed_blocks(seq)
         if self.host_tree is not None:
             host_blocks, host_node = self.host_tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
             missing = host_blocks[len(device.blocks):]
@@ -109,35 +98,23 @@ class BridgeKVCacheManager(CacheManager):
                                    host_node)
         return device
 
-    def _device_match(self, seq: RadixSequence) -> TreeMatch:
-        """The device tree's match of every token of `seq` but the last."""
-        blocks, node = self.tree.match_prefix(seq.all_token_ids[: seq.num_tokens - 1])
-        return TreeMatch(tuple(blocks), len(blocks) * self.block_size, node)
-
     def allocate_slots(self, seq: RadixSequence, num_new_tokens: int, match: TreeMatch | None = None) -> bool:
-        """Chapter 4's admission (lock the match's node, evict if short, allocate, all or nothing), then level 1
-        of the count: on admission the request holds each block it shares with the tree. A match with a host
-        part is loaded first (`_load_back`), and then shared like any device match."""
-        admitting = seq.seq_id not in self.holders
-        if admitting and isinstance(match, TieredMatch):
+        """Chapter 4's admission; a match with a host part is loaded first (`_load_back`), and then shared like
+        any device match."""
+        if seq.seq_id not in self.holders and isinstance(match, TieredMatch):
             match = self._load_back(seq, num_new_tokens, match)
             if match is None:
                 return False
-        if not allocate_on_tree(self, seq, num_new_tokens, match):
-            return False
-        if admitting and match:
-            self.block_manager.retain(match.blocks)  # level 1: the request holds the blocks it shares
-        return True
+        return super().allocate_slots(seq, num_new_tokens, match)
 
-    def evict(self, num: int) -> int:
-        """Free at least `num` blocks from unlocked leaves, least recently used first: the tree drops its
-        reference, and a block of an unlocked node has no other holder, so it is free at once."""
-        freed = self.tree.evict(num, self._evict_leaf)
-        self.num_evicted += freed
-        return freed
+    def _share(self, seq: RadixSequence, match: TreeMatch | None) -> None:
+        """Level 1 of the count: the request holds each block it shares with the tree."""
+        if match:
+            self.block_manager.retain(match.blocks)
 
     def _evict_leaf(self, leaf: TreeNode) -> None:
-        """The tree lets go of a leaf: with a host tier its prefix is copied to host memory first."""
+        """The tree lets go of a leaf: its reference is the only one on a block of an unlocked node, so the block
+        is free at once. With a host tier its prefix is copied to host memory first."""
         if self.host_tree is not None:
             blocks = self.tree.prefix_blocks(leaf)
             self._save(self.tree.prefix_tokens(leaf)[: len(blocks) * self.block_size], blocks)
@@ -159,11 +136,13 @@ class BridgeKVCacheManager(CacheManager):
         todo = blocks[len(have):]
         if not todo:
             return
-        self.host_tree.inc_lock_ref(node)  # the prefix being extended is not what makes room
         short = len(todo) - host.block_manager.num_free
         if short > 0:
-            self.host_tree.evict(short, lambda leaf: host.block_manager.release(leaf.value))
-        self.host_tree.dec_lock_ref(node)
+            self.host_tree.inc_lock_ref(node)  # the prefix being extended is not what makes room
+            try:
+                self.host_tree.evict(short, lambda leaf: host.block_manager.release(leaf.value))
+            finally:
+                self.host_tree.dec_lock_ref(node)
         todo = todo[: host.block_manager.num_free]
         if todo:
             new = host.block_manager.allocate(len(todo))  # their allocation is the host tree's reference
@@ -174,7 +153,7 @@ class BridgeKVCacheManager(CacheManager):
         """Admission of a match with a host part: make room for the host blocks' copies and for the new tokens at
         once, copy the host blocks into new device blocks and give them to the device tree. Returns the device
         match that now covers them, or None when the pool cannot hold both (nothing is loaded)."""
-        check_match(self.tree, seq, True, TreeMatch(match.blocks, len(match.blocks) * self.block_size, match.node))
+        self._check_match(seq, True, TreeMatch(match.blocks, len(match.blocks) * self.block_size, match.node))
         if not self.host_tree.contains(match.host_node) or \
                 self.host_tree.prefix_blocks(match.host_node)[len(match.blocks):] != list(match.host_blocks):
             raise ValueError(f"sequence {seq.seq_id}: stale match, its host part was dropped since the lookup; "
@@ -185,24 +164,21 @@ class BridgeKVCacheManager(CacheManager):
         bm = self.block_manager
         self.tree.inc_lock_ref(device_node)  # making room must not evict the device part of this very prefix,
         self.host_tree.inc_lock_ref(match.host_node)  # nor the host part we are about to read
-        if need > bm.num_free:
-            self.evict(need - bm.num_free)
-        self.tree.dec_lock_ref(device_node)
-        self.host_tree.dec_lock_ref(match.host_node)
+        try:
+            if need > bm.num_free:
+                self.evict(need - bm.num_free)
+        finally:
+            self.tree.dec_lock_ref(device_node)
+            self.host_tree.dec_lock_ref(match.host_node)
         if not bm.can_allocate(need):
             return None
         new = bm.allocate(len(match.host_blocks))  # their allocation becomes the device tree's reference
         self.host.load(list(match.host_blocks), new)
         self.tree.insert(seq.all_token_ids[: match.num_tokens], list(match.blocks) + new)
-        return self._device_match(seq)
+        return super().get_computed_blocks(seq)
         # END SOLUTION
 
-    # ---- caching computed tokens -------------------------------------------------------------------------
-    def on_computed(self, seq: RadixSequence) -> None:
-        """After a prefill chunk (not after a decode step) the computed tokens join the tree at once."""
-        if seq.num_computed_tokens <= seq.num_prefill_tokens:
-            self.cache_unfinished_req(seq)
-
+    # ---- the ownership model: two levels of reference counts -----------------------------------------------
     def _insert(self, seq: RadixSequence) -> int:
         """Insert the computed tokens with the full blocks that hold them. The tree takes a reference on each
         block it adopts, and only on those: a prefix it held already keeps the reference it has.
@@ -215,12 +191,10 @@ class BridgeKVCacheManager(CacheManager):
         return n
         # END SOLUTION
 
-    def cache_unfinished_req(self, seq: RadixSequence) -> None:
-        """Give the computed prefix to the tree and keep using it through a lock on its last node. Where the
-        request computed a block the tree already had (two requests prefilled the same prompt at once), it
-        takes a reference on the tree's block and drops its own, which frees it."""
-        start = seq.cache_protected_len // self.block_size  # the table names the tree's blocks up to here
-        blocks = move_lock(self.tree, seq, self._insert(seq))
+    def _use_tree_values(self, seq: RadixSequence, start: int, blocks: list[int]) -> None:
+        """The table names the tree's blocks from entry `start` on. Where the request computed a block the tree
+        already had (two requests prefilled the same prompt at once), it takes a reference on the tree's block and
+        drops its own, which frees it."""
         # BEGIN SOLUTION task5.dedup points=2
         own, theirs = seq.block_table[start: len(blocks)], blocks[start:]
         swap = [i for i, (mine, tree_block) in enumerate(zip(own, theirs)) if mine != tree_block]
@@ -229,26 +203,17 @@ class BridgeKVCacheManager(CacheManager):
         seq.rewrite_blocks(start, theirs)
         # END SOLUTION
 
-    def cache_finished_req(self, seq: RadixSequence) -> None:
-        """Cache what was computed, then drop every reference the request holds — the ones in its block table,
-        never blocks found by matching its tokens again — tail first, and unlock."""
-        self._insert(seq)
+    def _release(self, seq: RadixSequence, num_inserted: int) -> None:
+        """Drop every reference the request holds — the ones in its block table, never blocks found by matching
+        its tokens again — tail first."""
         self.block_manager.release(seq.block_table[::-1])
-        self.tree.dec_lock_ref(seq.last_node)
-        seq.block_table, seq.last_node, seq.cache_protected_len = [], None, 0
-
-    def free(self, seq: RadixSequence) -> None:
-        """Finish, abort or preemption: what the sequence computed stays cached."""
-        if seq.seq_id in self.holders:
-            self.cache_finished_req(seq)
-            del self.holders[seq.seq_id]
 
     def reset_cache(self) -> int:
         """Drop every cached block, on both tiers (nobody may hold a lock): the trees' references are released.
         Returns how many device blocks the tree held."""
-        dropped = reset_tree(self, self.tree, self.block_manager)
+        dropped = super().reset_cache()
         if self.host is not None:
-            reset_tree(self, self.host_tree, self.host.block_manager)
+            self._reset(self.host_tree, self.host.block_manager)
         return dropped
 
     # ---- accounting --------------------------------------------------------------------------------------
@@ -256,25 +221,12 @@ class BridgeKVCacheManager(CacheManager):
     def num_cached_blocks(self) -> int:
         return self.tree.total_size
 
-    def private_blocks(self, seq: RadixSequence) -> list[int]:
-        """The part of the block table after the tree's full blocks of the locked prefix: the request's own."""
-        return seq.block_table[seq.cache_protected_len // self.block_size:]
-
-    def num_held_blocks(self) -> int:
-        """Blocks live requests hold: all but the free ones and those of unlocked nodes, whose only holder is
-        the tree (reclaimable, as chapter 3's free cached blocks are)."""
-        return self.num_blocks - self.block_manager.num_free - self.tree.evictable_size
-
-    def check_invariants(self) -> None:
-        """The tree's; the two-level count (ref_count = block tables listing the block + 1 if the tree holds
-        it); each request's place in the tree and the lock counts (chapter 4's `check_tree_holders`); a private
-        block is its request's alone, and a block of an unlocked node the tree's alone (evicting it frees memory)."""
+    def _check_ownership(self) -> None:
+        """The two-level count (ref_count = block tables listing the block + 1 if the tree holds it); a private
+        block is its request's alone, and a block of an unlocked node the tree's alone (evicting it frees memory);
+        the host tier's tree is the only holder of host blocks, and nobody locks it."""
         tree, bm = self.tree, self.block_manager
-        tree.check_invariants()
-        bm.check_invariants()
         check_block_tables(list(self.holders.values()), bm, self.block_size, Counter(tree.all_blocks()))
-        check_tree_holders(tree, self.holders)
-        check_slot_usage(self)
         for seq in self.holders.values():
             for b in self.private_blocks(seq):
                 assert bm.ref_count[b] == 1, f"sequence {seq.seq_id}: private block {b} has ref_count {bm.ref_count[b]}"
@@ -283,7 +235,7 @@ class BridgeKVCacheManager(CacheManager):
                 for b in node.value:
                     assert bm.ref_count[b] == 1, f"block {b} of unlocked {node!r} has ref_count {bm.ref_count[b]}: " \
                                                  "someone uses it without locking its node"
-        if self.host is not None:  # the host tier: its tree is the only holder of host blocks, and nobody locks it
+        if self.host is not None:
             self.host_tree.check_invariants()
             self.host.block_manager.check_invariants()
             assert self.host_tree.protected_size == 0, "a host-tier node is still locked"

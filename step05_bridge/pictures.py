@@ -3,6 +3,7 @@ the pool with every block's ref_count) and as text."""
 from __future__ import annotations
 
 from course.draw import Dot, words
+from step02_paged.geometry import PoolGeometry
 from step03_prefix_hash.pictures import three_chats
 from step04_radix.pictures import Decode, draw_tree, tree_text
 
@@ -82,8 +83,8 @@ def tier_scenario() -> BridgeKVCacheManager:
     from step02_paged.kv_pool import KVPool
     from step02_paged.pictures import chat, side_by_side
 
-    kv = BridgeKVCacheManager(num_blocks=6, block_size=4, host_blocks=8, min_load_tokens=4)
-    kv.pool = KVPool(tiny_config(), 6, 4)
+    geometry = PoolGeometry(6, 4)
+    kv = BridgeKVCacheManager(geometry, KVPool(tiny_config(), geometry), host_blocks=8, min_load_tokens=4)
     side_by_side(kv, [chat(kv, 0)])
     side_by_side(kv, [chat(kv, 1, system=False), chat(kv, 2, system=False)], steps=2)
     return kv
@@ -93,6 +94,6 @@ def lesson_figures() -> dict[str, str]:
     """Chapter 3's scenario on the bridge: request 0 has finished (its blocks stay, held by the tree alone),
     requests 1 and 2 share the system prompt's blocks. Both counts show: the shared node has lock_ref 2, its
     blocks ref_count 3 (the tree and two requests)."""
-    kv = BridgeKVCacheManager(num_blocks=10, block_size=4)
+    kv = BridgeKVCacheManager(PoolGeometry(10, 4))
     three_chats(kv)
     return {"bridge": bridge_dot(kv, words, name="bridge"), "host_tier": tier_dot(tier_scenario(), words)}

@@ -18,7 +18,7 @@ import torch
 from course.bench import p99, progress, run_sequential
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
-from step02_paged.cache_manager import cdiv
+from step02_paged.geometry import cdiv
 
 from .bridge_cache import BridgeKVCacheManager
 from .host_pool import HostPool
@@ -70,7 +70,7 @@ def trade_off(pool, cold: list, prompts: list[list[int]], blocks: int = 64) -> d
     """Tokens per second two ways on this machine: copying K/V blocks out to the host tier and back, and computing
     them (the cold prefills of the first turns, whose time to first token is all prefill)."""
     host = HostPool(pool, blocks)
-    ids = list(range(min(blocks, pool.num_blocks)))
+    ids = list(range(min(blocks, pool.geometry.num_blocks)))
     host.save(ids, ids)  # warm-up
     t0 = time.perf_counter()
     for _ in progress(range(5), "host tier copies"):
@@ -79,6 +79,6 @@ def trade_off(pool, cold: list, prompts: list[list[int]], blocks: int = 64) -> d
     if pool.k.is_cuda:
         torch.cuda.synchronize()
     copy_s = (time.perf_counter() - t0) / 10
-    tokens = len(ids) * pool.block_size
-    return dict(copy_tokens_s=round(tokens / copy_s), copy_bytes_per_token=host.bytes_per_block // pool.block_size,
+    block = pool.geometry.block_size
+    return dict(copy_tokens_s=round(len(ids) * block / copy_s), copy_bytes_per_token=host.bytes_per_block // block,
                 prefill_tokens_s=round(sum(map(len, prompts)) / sum(o.ttft_s for o in cold)))

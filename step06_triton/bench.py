@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from step01_kvcache.attention import attention
-from step02_paged.cache_manager import cdiv
+from step02_paged.geometry import cdiv
 
 from .decode_attention import DECODE_TILE, num_kv_splits, paged_decode_attention, split_plan_host
 from .extend_attention import extend_attention

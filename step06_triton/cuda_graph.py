@@ -13,8 +13,9 @@ Two kinds of graphs:
 - **extend**, one per padded token count (up to `max_extend`): a single sequence's chunk after its cached prefix —
   a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark. Padding rows
   come after the real ones, so the causal mask keeps every real row from seeing them.
-Other steps (long prefills, mixed batches) run eagerly. `CUDAGraphModel` wraps the model the engine calls; the
-engine does not know graphs exist.
+Other steps (long prefills, mixed batches) run eagerly. `CUDAGraphRunner` is the engine's runner (chapter 2's
+`ModelRunner` contract: a `ForwardBatch` in, the logits of its sampled rows out), so the engine does not know graphs
+exist; the graphs read the pool and the engine's persistent block table, which `capture` is given.
 """
 from __future__ import annotations
 
@@ -22,7 +23,11 @@ import contextlib
 
 import torch
 
+from step01_kvcache.attention import AttentionBackend
 from step01_kvcache.model import Transformer
+from step02_paged.forward_batch import ForwardBatch
+from step02_paged.kv_pool import KVPool
+from step02_paged.model_runner import ModelRunner
 
 from .decode_attention import num_kv_splits
 from .fusion import fused_decode
@@ -32,52 +37,40 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 EXTEND_SIZES = (16, 32, 64, 128, 256)
 
 
-class CUDAGraphModel:
-    """The engine's model, with decode steps and short single-sequence chunks replayed from CUDA graphs."""
+class CUDAGraphRunner(ModelRunner):
+    """Decode steps and short single-sequence chunks replayed from CUDA graphs; every other step runs eagerly."""
 
-    def __init__(self, model: Transformer) -> None:
-        self.model = model
+    def __init__(self, model: Transformer, attention: AttentionBackend, pool: KVPool, fuse: bool = False) -> None:
+        super().__init__(model, attention, pool)
+        self.fuse = fuse  # capture the fused step (fusion.py); eager steps keep chapter 1's code
         self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         self.replays = 0  # steps served by a graph (the rest ran eagerly)
         self.timings: list | None = None  # set to a list to get (start, end) CUDA events around every replay
-        self._replayed: torch.Tensor | None = None  # the hidden states the last decode replay returned
-
-    # the engine reads these from its model
-    config = property(lambda self: self.model.config)
-    device = property(lambda self: self.model.device)
-    dtype = property(lambda self: self.model.dtype)
-
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The LM head; for the rows a decode replay just returned, the logits the graph already computed."""
-        if hidden is self._replayed:
-            return self.logits[: hidden.shape[0]]
-        return self.model.compute_logits(hidden)
 
     @torch.inference_mode()
-    def capture(self, engine, max_batch: int | None = None, max_extend: int = EXTEND_SIZES[-1],
-                fuse: bool = False) -> None:
-        """Decode graphs up to `max_batch` sequences (default: the engine's seats) and extend graphs up to
-        `max_extend` tokens, reading `engine`'s pool and block table. `fuse` captures the fused step (fusion.py:
-        q/k/v and gate/up one product each, compiled RMSNorm and SwiGLU); eager steps keep chapter 1's code."""
-        if self.device.type != "cuda":
+    def capture(self, block_table: torch.Tensor, max_batch: int, max_extend: int = EXTEND_SIZES[-1]) -> None:
+        """Decode graphs up to `max_batch` sequences and extend graphs up to `max_extend` tokens, reading the pool
+        and `block_table`, the engine's persistent block table on the device. With `fuse`, the graphs hold the fused
+        step (fusion.py: q/k/v and gate/up one product each, compiled RMSNorm and SwiGLU)."""
+        if self.model.device.type != "cuda":
             raise RuntimeError("CUDA graphs need the model on a CUDA device")
-        n = max(max_batch or engine.config.max_num_seqs, max_extend)
-        dev, cfg = self.device, self.config
-        self.pool, self.table = engine.pool, engine.block_table.device_table
-        self.max_batch, self.max_extend = max_batch or engine.config.max_num_seqs, max_extend
+        n = max(max_batch, max_extend)
+        dev, cfg, dtype = self.model.device, self.model.config, self.model.dtype
+        self.table = block_table
+        self.max_batch, self.max_extend = max_batch, max_extend
         self.input_ids = torch.zeros(n, dtype=torch.long, device=dev)
         self.positions = torch.zeros(n, dtype=torch.long, device=dev)
         self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=dev)
         self.seq_lens = torch.ones(n, dtype=torch.int32, device=dev)  # int32: fewer registers in the kernels
         self.rows = torch.zeros(n, dtype=torch.long, device=dev)
         self.query_start_loc = torch.zeros(2, dtype=torch.long, device=dev)
-        self.hidden = torch.zeros(n, cfg.hidden_size, dtype=self.dtype, device=dev)
-        self.logits = torch.zeros(self.max_batch, cfg.vocab_size, dtype=self.dtype, device=dev)
+        self.hidden = torch.zeros(n, cfg.hidden_size, dtype=dtype, device=dev)
+        self.logits = torch.zeros(self.max_batch, cfg.vocab_size, dtype=dtype, device=dev)
         self.decode_sizes = [b for b in BATCH_SIZES if b < self.max_batch] + [self.max_batch]
         self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
         kinds = [("decode", b) for b in reversed(self.decode_sizes)] + [("extend", t) for t in self.extend_sizes]
         mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
-        with fused_decode(self.model) if fuse else contextlib.nullcontext([]) as fused_weights:
+        with fused_decode(self.model) if self.fuse else contextlib.nullcontext([]) as fused_weights:
             self.fused_weights = fused_weights  # the graphs read them: they live as long as the graphs
             for kind, size in kinds:
                 self._forward(kind, size)  # compile the kernels and warm up outside the capture (slot -1)
@@ -92,7 +85,7 @@ class CUDAGraphModel:
         rows = size if kind == "decode" else 1
         table = self.table.index_select(0, self.rows[:rows])
         if kind == "decode":
-            splits = num_kv_splits(self.config.max_position_embeddings)  # the grid of the longest context
+            splits = num_kv_splits(self.model.config.max_position_embeddings)  # the grid of the longest context
             md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:size], self.query_start_loc[:1],
                                 size, 0, splits)
         else:
@@ -102,22 +95,30 @@ class CUDAGraphModel:
         if kind == "decode":
             self.logits[:size].copy_(self.model.compute_logits(hidden))
 
-    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv) -> torch.Tensor:
-        n, batch = input_ids.shape[0], getattr(kv, "batch", None)
-        self._replayed = None
-        if not self.graphs or batch is None:
-            return self.model(input_ids, positions, kv)
+    def _graph_for(self, batch: ForwardBatch) -> tuple[str, int] | None:
+        """The captured graph that can run this step, if any: a decode batch, or one short chunk whose padded
+        context stays inside the block table."""
+        n = batch.num_tokens
+        if not self.graphs:
+            return None
         if batch.num_decodes == n and n <= self.max_batch:
-            kind, size = "decode", next(b for b in self.decode_sizes if b >= n)
-        elif batch.num_seqs == 1 and n <= self.max_extend:
-            kind, size = "extend", next(t for t in self.extend_sizes if t >= n)
-            if batch.max_seq_len + size - n > self.config.max_position_embeddings:  # padding past the table's end
-                return self.model(input_ids, positions, kv)
-        else:
-            return self.model(input_ids, positions, kv)
+            return "decode", next(b for b in self.decode_sizes if b >= n)
+        if batch.num_seqs == 1 and n <= self.max_extend:
+            size = next(t for t in self.extend_sizes if t >= n)
+            if batch.max_seq_len + size - n <= self.model.config.max_position_embeddings:
+                return "extend", size
+        return None
+
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits of the batch's sampled rows: from a graph replay when one fits, else from the eager forward."""
+        graph = self._graph_for(batch)
+        if graph is None:
+            return super().forward(batch)
+        kind, size = graph
+        n = batch.num_tokens
         rows = n if kind == "decode" else 1
-        self.input_ids[:n].copy_(input_ids)
-        self.positions[:n].copy_(positions)
+        self.input_ids[:n].copy_(batch.input_ids)
+        self.positions[:n].copy_(batch.positions)
         self.slot_mapping[:n].copy_(batch.slot_mapping)
         self.slot_mapping[n:size].fill_(-1)
         self.rows[:rows].copy_(batch.rows)
@@ -136,7 +137,6 @@ class CUDAGraphModel:
             end.record()
             self.timings.append((start, end))
         self.replays += 1
-        if kind == "decode":
-            self._replayed = self.hidden[:n]
-            return self._replayed
-        return self.hidden[:n]
+        if kind == "decode":  # every row samples, and the graph computed their logits
+            return self.logits[:n]
+        return self.model.compute_logits(self.hidden[:n][batch.logits_indices])

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from step02_paged.cache_manager import cdiv
+from step02_paged.geometry import cdiv
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the fast hardware instruction
 PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, so the last ends soon after the rest

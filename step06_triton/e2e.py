@@ -38,7 +38,7 @@ from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams
 from step01_kvcache.rope import RotaryEmbedding
 from step02_paged import Engine
-from step02_paged.cache_manager import cdiv
+from step02_paged.geometry import cdiv
 
 from .engine import make_engine
 
@@ -174,7 +174,7 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     """One replayed decode step (the largest batch, with the contexts its static buffers hold from the last run):
     kernels, GPU time and the floor its bytes set; then the GPU's busy share of the decode phase and a per-step
     timeline, for the synchronous and the overlapped engine."""
-    graph_model = sync.model
+    graph_model = sync.runner
     size = max(b for b in graph_model.decode_sizes if b <= len(prompts))
     graph = graph_model.graphs["decode", size]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:  # counts, not times
@@ -214,7 +214,7 @@ def busy_and_timeline(engine: Engine, prompts: list[list[int]], new_tokens: int,
     running = engine.scheduler.running
     while engine.scheduler.waiting or any(s.num_computed_tokens < s.num_prompt_tokens for s in running):
         engine.step()
-    graphed, steps = engine.model, []
+    graphed, steps = engine.runner, []
     graphed.timings = []
     torch.cuda.synchronize()
     ref = torch.cuda.Event(enable_timing=True)
@@ -255,18 +255,18 @@ def long_ttft(model: Transformer) -> dict:
         engine.cache_manager.reset_cache()
         ttft, gpu = [], []
         for p in prompts:
-            engine.model.timings = []
+            engine.runner.timings = []
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             out = engine.generate([p], params)[0]
             torch.cuda.synchronize()
             ttft.append(time.perf_counter() - t0)
-            gpu.append(sum(a.elapsed_time(b) for a, b in engine.model.timings) / 1e3)  # the replayed forward
-            engine.model.timings = None
+            gpu.append(sum(a.elapsed_time(b) for a, b in engine.runner.timings) / 1e3)  # the replayed forward
+            engine.runner.timings = None
             assert out.num_cached_tokens == (0 if cache == "none" or p is prompts[0] else 2080)
         result[name] = dict(cold_ms=round(ttft[0] * 1e3, 3), warm_median_ms=round(median(ttft[1:]) * 1e3, 3),
                             warm_ms=[round(t * 1e3, 3) for t in ttft[1:]],
-                            replays=getattr(engine.model, "replays", 0))
+                            replays=getattr(engine.runner, "replays", 0))
         if name == "cache_on":  # a warm request's forward is one extend-graph replay; the rest is host work
             result["warm_forward_gpu_us"] = round(median(gpu[1:]) * 1e6, 1)
             result["host_us_per_warm_request"] = round(median(t - g for t, g in zip(ttft[1:], gpu[1:])) * 1e6, 1)

@@ -1,10 +1,10 @@
 """The course's engine on a GPU: `make_engine` picks a chapter's cache manager, the attention backend, CUDA-graph
-decode and overlap scheduling, each one option.
+replay and overlap scheduling, each one option.
 
 Nothing above the KV store changes: the scheduler, chunked prefill, preemption and every prefix cache of
 chapters 3-5 run as they did, because they only ever produced block tables and the attention only ever read
-them. `cuda_graphs=True` replays decode steps from CUDA graphs (GPU only; see cuda_graph.py); `overlap=True`
-schedules step N+1 while step N runs (chapter 2's engine, `EngineConfig.overlap`).
+them. `cuda_graphs=True` gives the engine a runner that replays decode steps from CUDA graphs (GPU only; see
+cuda_graph.py); `overlap=True` makes it chapter 2's engine with its step overlapped (overlap.py).
 """
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ import functools
 
 from step01_kvcache.model import Transformer
 from step02_paged import Engine, EngineConfig, KVCacheManager
+from step02_paged.model_runner import ModelRunner
 from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step04_radix.policy import make_policy
 from step05_bridge import BridgeKVCacheManager
 
-from .cuda_graph import CUDAGraphModel
+from .cuda_graph import CUDAGraphRunner
+from .overlap import OverlapEngine
 from .triton_attention import TritonPagedAttention
 
 BACKENDS = {"torch": PagedAttention, "triton": TritonPagedAttention}
@@ -31,29 +33,32 @@ PREFIX_CACHES = {  # the cache manager of each chapter
 
 
 def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_backend: str = "triton",
-                cuda_graphs: bool = False, fuse: bool = False, host_blocks: int = 0, policy: str = "fcfs",
-                **config) -> Engine:
-    """Chapter 2's engine with chapter `prefix_cache`'s manager, `config` (EngineConfig's fields, `overlap`
-    among them), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU;
+                cuda_graphs: bool = False, fuse: bool = False, overlap: bool = False, host_blocks: int = 0,
+                policy: str = "fcfs", **config) -> Engine:
+    """Chapter 2's engine (`overlap`: chapter 6's `OverlapEngine`) with chapter `prefix_cache`'s manager, `config`
+    (EngineConfig's fields), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU;
     `host_blocks` > 0 puts chapter 5's host tier under the bridge; `policy` orders the waiting queue (chapter 4's
-    `fcfs`, `lpm` or `dfs-weight`, the last on a tree design only)."""
+    `fcfs`, `lpm` or `dfs-weight`). Every option is checked before anything is built."""
     if attention_backend not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {sorted(BACKENDS)}, got {attention_backend!r}")
     if prefix_cache not in PREFIX_CACHES:
         raise ValueError(f"prefix_cache must be one of {sorted(PREFIX_CACHES)}, got {prefix_cache!r}")
+    for name, value in (("cuda_graphs", cuda_graphs), ("fuse", fuse), ("overlap", overlap)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
     if cuda_graphs and attention_backend != "triton":
         raise ValueError("cuda_graphs replays the Triton decode step: use attention_backend='triton'")
     if fuse and not cuda_graphs:
         raise ValueError("fuse applies to the captured decode step: use cuda_graphs=True")
     if host_blocks and prefix_cache != "bridge":
         raise ValueError("the host tier is chapter 5's: use prefix_cache='bridge' with host_blocks")
-    if policy == "dfs-weight" and prefix_cache in ("none", "hash"):
-        raise ValueError(f"policy 'dfs-weight' walks a radix tree; prefix_cache {prefix_cache!r} has none")
-    order = make_policy(policy)  # a ValueError names the policies
+    order = make_policy(policy)  # a ValueError names the policies; the engine's scheduler checks the pairing
+    engine_config = EngineConfig(**config)
     manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks) if host_blocks else \
         PREFIX_CACHES[prefix_cache]
-    graphed = CUDAGraphModel(model) if cuda_graphs else None
-    engine = Engine(graphed or model, EngineConfig(**config), manager, BACKENDS[attention_backend], order)
-    if graphed:
-        graphed.capture(engine, fuse=fuse)
+    runner = functools.partial(CUDAGraphRunner, fuse=fuse) if cuda_graphs else ModelRunner
+    engine = (OverlapEngine if overlap else Engine)(model, engine_config, manager, BACKENDS[attention_backend],
+                                                    order, runner)
+    if cuda_graphs:
+        engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs)
     return engine

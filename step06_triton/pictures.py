@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from course.draw import Dot
-from step02_paged.cache_manager import cdiv
+from step02_paged.geometry import cdiv
 
 SPLIT_COLORS = ["#fde293", "#ceead6", "#d2e3fc", "#f6aea9", "#e6d3f5", "#fbd2b4"]
 

@@ -10,7 +10,6 @@ through the block table.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -45,21 +44,14 @@ class TritonMetadata:
 
 
 class TritonPagedAttention:
-    """A KVStore (see step01_kvcache.attention) over a KVPool, computed by the Triton kernels. Built from a step's
-    batch, its metadata is made at the first `attend` (a step replayed from a CUDA graph never needs it)."""
+    """A KVStore (see step01_kvcache.attention) over a KVPool, computed by the Triton kernels."""
 
-    def __init__(self, pool: KVPool, metadata: TritonMetadata | None = None, batch: ForwardBatch | None = None) -> None:
-        self.pool, self.batch = pool, batch
-        if metadata is not None:
-            self.md = metadata
+    def __init__(self, pool: KVPool, metadata: TritonMetadata) -> None:
+        self.pool, self.md = pool, metadata
 
     @classmethod
     def for_step(cls, pool: KVPool, batch: ForwardBatch) -> TritonPagedAttention:
-        return cls(pool, batch=batch)
-
-    @functools.cached_property
-    def md(self) -> TritonMetadata:
-        return TritonMetadata.from_batch(self.batch)
+        return cls(pool, TritonMetadata.from_batch(batch))
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         md, k_cache, v_cache = self.md, self.pool.k[layer], self.pool.v[layer]

@@ -26,6 +26,7 @@ from course.tiny import SMOLLM2_135M, tiny_model
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
+from step02_paged.geometry import PoolGeometry
 
 KEYS = REPO_ROOT / "instructors" / "answers"
 pytestmark = pytest.mark.skipif(not KEYS.is_dir(), reason="the answer keys are not part of a student release")
@@ -197,7 +198,7 @@ def test_step01_q4_token_forwards():
 
 
 def test_step01_q6_reserved_memory():
-    from step02_paged.kv_cache_manager import cdiv
+    from step02_paged.geometry import cdiv
 
     reserved, used, block = 8192, 600, 16  # the question's
     blocks = cdiv(used, block)
@@ -212,11 +213,12 @@ def test_step01_q6_reserved_memory():
 
 
 def test_step02_q1_bytes_per_block():
-    from step02_paged.kv_cache_manager import cdiv
+    from step02_paged.geometry import cdiv
     from step02_paged.kv_pool import KVPool
 
     cfg, _ = _smollm2()
-    size = {bs: KVPool(cfg, 1, bs, device="meta").bytes_per_block for bs in (1, 16, 256)}  # the question's sizes
+    size = {bs: KVPool(cfg, PoolGeometry(1, bs), device="meta").bytes_per_block  # the question's sizes
+            for bs in (1, 16, 256)}
     says("step02", 1, f"costs {cfg.kv_bytes_per_token():,} bytes of K and V in fp32 (all {cfg.num_layers} layers)",
          f"**{size[1]:,} bytes ({size[1] / 1024:g} KiB)** at `block_size` 1",
          f"**{size[16]:,} bytes ({size[16] / 1024:g} KiB)** at 16",
@@ -319,7 +321,8 @@ def test_step03_q2_a_repeated_32_token_prompt():
     cfg = ModelConfig(**SMOLLM2_135M)
     says("step03", 2, f"**{hit}**", f"recomputes **{len(prompt) - hit}**",
          f"`({len(prompt)} − 1) // {block} = {(len(prompt) - 1) // block}` block",
-         f"{KVPool(cfg, 1, block, device='meta').bytes_per_block // 1024} KiB for SmolLM2 in fp32 at {block} tokens")
+         f"{KVPool(cfg, PoolGeometry(1, block), device='meta').bytes_per_block // 1024} KiB for SmolLM2 in fp32 "
+         f"at {block} tokens")
 
 
 def test_step03_q4_eight_requests_with_one_new_prefix():
@@ -402,7 +405,7 @@ def _multi_doc_admissions(policy: str, pool: str) -> tuple[list[str], list[int]]
     prompts = get_workload("multi_doc").prompts(load_tokenizer())
     model = tiny_model(seed=7, vocab_size=49152, max_position_embeddings=4096, num_layers=1, hidden_size=32,
                        intermediate_size=32, head_dim=8)
-    kv = RadixKVCacheManager(pools(prompts, 4)[pool])
+    kv = RadixKVCacheManager(PoolGeometry(pools(prompts, 4)[pool], 1))
     run = run_policy(model, prompts, (lambda *_: kv, 1), make_policy(policy), pools(prompts, 4)[pool], 4)
     computed = [0] * MULTI_DOC_DOCUMENTS
     for seq_id, prompt_tokens, hit in kv.stats.recent:

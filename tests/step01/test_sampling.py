@@ -47,7 +47,20 @@ def test_seeded_generation_is_reproducible_and_cache_independent():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(max_new_tokens=0), "max_new_tokens"), (dict(temperature=-1), "temperature"), (dict(top_p=0), "top_p"),
+    # each of these was once accepted, and broke every later step of every batch it joined (or looped forever)
+    (dict(max_new_tokens=float("nan")), "max_new_tokens"), (dict(max_new_tokens=2.5), "max_new_tokens"),
+    (dict(max_new_tokens=True), "max_new_tokens"), (dict(temperature=float("nan")), "temperature"),
+    (dict(temperature=float("inf")), "temperature"), (dict(temperature=1e-300), "temperature"),
+    (dict(temperature="0.5"), "temperature"), (dict(top_p=float("nan")), "top_p"), (dict(seed=-1), "seed"),
+    (dict(seed=1.5), "seed"), (dict(stop_token_ids=2), "collection of token ids"),
+    (dict(stop_token_ids="2"), "collection of token ids"), (dict(stop_token_ids=(2, -1)), "collection"),
+    (dict(stop_token_ids=(True,)), "collection"),
 ])
 def test_bad_sampling_params(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)
+
+
+def test_stop_token_ids_are_kept_as_a_tuple():
+    assert SamplingParams(stop_token_ids=[7, 2, 7]).stop_token_ids == (2, 7)
+    assert SamplingParams(stop_token_ids={3}).stop_token_ids == (3,)

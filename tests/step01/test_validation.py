@@ -20,6 +20,10 @@ from step01_kvcache.generate import SamplingParams, generate
     ([1, True], "ints"),
     ([False], "ints"),
     ([np.bool_(True)], "ints"),
+    # once accepted (their keys or bytes became token ids), or a TypeError where the rest gave a ValueError
+    ({1: 2, 3: 4}, "list, tuple or 1-D tensor"), (b"\x01\x02", "list, tuple or 1-D tensor"),
+    ({1, 2}, "list, tuple or 1-D tensor"), ((t for t in [1, 2]), "list, tuple or 1-D tensor"),
+    (None, "list, tuple or 1-D tensor"), ("hello", "list, tuple or 1-D tensor"),
 ])
 def test_bad_prompts(tiny, prompt, match):
     with pytest.raises(ValueError, match=match):

@@ -42,7 +42,5 @@ def test_host_bench_times_every_chapters_manager():
     for profile in result["profile"]:  # where a step's time goes: every part of Engine.step, shares of one whole
         assert profile["context"] == 32 and all(share >= 0 for share in profile["share"].values())
         assert abs(sum(profile["share"].values()) - 1) < 0.01 and profile["top_functions"]
+        assert profile["share"]["schedule"] > 0 and profile["share"]["sample"] > 0, "every part is clocked"
     assert [p["manager"] for p in result["profile"]] == list(result["host_us_per_step"])
-    from step02_paged.engine import Engine
-    from step02_paged.forward_batch import ForwardBatch
-    assert Engine._launch.__name__ == "_launch" and ForwardBatch.build.__name__ == "build"  # the clocks came off

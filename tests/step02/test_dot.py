@@ -16,6 +16,7 @@ from course import draw
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager, PrefixMatch, Sequence
+from step02_paged.geometry import PoolGeometry
 from step02_paged.pictures import block_tables_dot, occupancy_map
 
 MODEL = tiny_model(seed=3, num_layers=1, hidden_size=32, intermediate_size=32, head_dim=8)
@@ -55,7 +56,7 @@ def fill(attrs: str) -> str:
 
 def shared_setup() -> tuple[KVCacheManager, Sequence, Sequence]:
     """Two sequences by hand: seq 1 shares seq 0's first block (as a prefix cache would arrange)."""
-    kv = KVCacheManager(num_blocks=6, block_size=4)
+    kv = KVCacheManager(PoolGeometry(6, 4))
     a = Sequence(0, list(range(8)), SamplingParams())
     assert kv.allocate_slots(a, 8)
     a.advance(8)

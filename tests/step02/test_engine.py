@@ -7,7 +7,8 @@ import pytest
 
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
-from step02_paged import FCFS, Engine, EngineConfig, KVCacheManager, PrefixMatch
+from step02_paged import FCFS, Engine, EngineConfig, KVCacheManager, Policy, PrefixMatch
+from step02_paged.geometry import PoolGeometry
 from tests.driver import drive_to_end, with_reference
 
 
@@ -111,7 +112,7 @@ def test_bad_input_is_rejected_with_nothing_queued(model):
         EngineConfig(block_size=-4)
 
 
-class ShortestFirst:
+class ShortestFirst(Policy):
     """A policy for the tests: the shortest waiting prompt first; preempted sequences stay at the front."""
 
     name = "shortest-first"
@@ -170,7 +171,7 @@ def test_real_model_engine_matches_step01(real_model, tokenizer):
 def test_free_releases_a_table_tail_first():
     """As vLLM's KVCacheManager frees: a request's last block goes back to the free list first, so the free list
     hands out its end before its start (the start is what other requests are likelier to share)."""
-    kv = KVCacheManager(num_blocks=3, block_size=4)
+    kv = KVCacheManager(PoolGeometry(3, 4))
     seq = kv.new_sequence(0, list(range(12)), SamplingParams())
     assert kv.allocate_slots(seq, 12, PrefixMatch())
     table = list(seq.block_table)

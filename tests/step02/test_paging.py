@@ -10,6 +10,7 @@ from step01_kvcache.attention import attention, causal_mask
 from step01_kvcache.request import SamplingParams
 from step02_paged.block_table import BlockTable
 from step02_paged.forward_batch import ForwardBatch
+from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_pool import KVPool
 from step02_paged.paged_attention import AttentionMetadata, PagedAttention
 from step02_paged.sequence import Sequence
@@ -48,7 +49,7 @@ def test_context_slots_rows():
 @pytest.mark.task("task2.paged_attention")
 def test_store_then_gather_roundtrip():
     cfg = tiny_config()
-    pool = KVPool(cfg, num_blocks=6, block_size=4)
+    pool = KVPool(cfg, PoolGeometry(6, 4))
     slots = torch.tensor([22, 3, 9, 0])
     k = torch.randn(4, cfg.num_kv_heads, cfg.head_dim)
     v = torch.randn(4, cfg.num_kv_heads, cfg.head_dim)
@@ -63,11 +64,11 @@ def test_store_then_gather_roundtrip():
 
 def test_pool_shape_and_bad_sizes():
     cfg = tiny_config()
-    pool = KVPool(cfg, 3, 4)
+    pool = KVPool(cfg, PoolGeometry(3, 4))
     assert pool.k.shape == (cfg.num_layers, 3, 4, cfg.num_kv_heads, cfg.head_dim)
     assert pool.bytes_per_block == 2 * cfg.num_layers * 4 * cfg.num_kv_heads * cfg.head_dim * 4
     with pytest.raises(ValueError):
-        KVPool(cfg, 3, 0)
+        KVPool(cfg, PoolGeometry(3, 0))
 
 
 @pytest.mark.task("task2.slot_mapping")
@@ -89,7 +90,7 @@ def test_paged_attention_equals_contiguous_attention():
     """Per layer: the step's K/V land in the pool, and each sequence attends over exactly its own context."""
     cfg = tiny_config()
     bs, tables, computed, new = 2, [[4, 1], [0, 5, 3], [2]], [2, 0, 0], [1, 5, 2]
-    pool = KVPool(cfg, num_blocks=6, block_size=bs)
+    pool = KVPool(cfg, PoolGeometry(6, bs))
     hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     cached_k, cached_v = torch.randn(2, hkv, d), torch.randn(2, hkv, d)  # sequence 0's first two tokens
     pool.store(1, torch.tensor([naive_slot(tables[0], p, bs) for p in range(2)]), cached_k, cached_v)
@@ -125,15 +126,3 @@ def test_forward_batch_from_persistent_rows_matches_a_loop():
     seqs[1].block_table.append(5)  # the next step adds a block: only it is written to the row
     ForwardBatch.build(seqs[1:2], [1], table, bs, sample_rows=[0])
     assert table.cpu[table.rows[1], :2].tolist() == [1, 5] and seqs[1].synced_blocks == 2
-
-
-@pytest.mark.task("task2.slot_mapping")
-def test_a_placeholder_takes_the_previous_steps_token_on_the_device():
-    seq = Sequence(0, [5, 6, 7], SamplingParams())
-    seq.block_table = [2]
-    seq.advance(3)
-    seq.num_placeholders = 1  # sampled last step, not read yet
-    sampled = torch.tensor([41, 42, 43])  # the previous step's tokens; this sequence's is at index 1
-    batch = ForwardBatch.build([seq], [1], BlockTable(2, 4), 4, sample_rows=[0], placeholders={0: 1},
-                               sampled=sampled)
-    assert batch.input_ids.tolist() == [42] and batch.positions.tolist() == [3] and batch.slot_mapping.tolist() == [11]

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from step01_kvcache.request import SamplingParams
+from step02_paged.geometry import PoolGeometry
+from step03_prefix_hash import PrefixCachingKVCacheManager
 from step03_prefix_hash.block_hash import NONE_HASH, hash_block_tokens, hash_token_blocks
 
 from .helpers import hseq
@@ -85,6 +88,9 @@ def test_hash_is_stable_across_processes_and_versions():
     assert hash_block_tokens(None, [1, 2, 3]).hex()[:16] == "72cee17d44c6c697"
 
 
-def test_bad_block_size():
-    with pytest.raises(ValueError, match="block_size"):
-        hseq(0, [1, 2], block_size=0)
+def test_bad_block_size_is_refused_where_the_pool_is_cut():
+    """Sequences take the block size of the manager that makes them, which takes the pool's checked geometry."""
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        PrefixCachingKVCacheManager(PoolGeometry(4, 0))
+    kv = PrefixCachingKVCacheManager(PoolGeometry(4, 2))
+    assert kv.new_sequence(0, [1, 2, 3], SamplingParams()).block_size == 2

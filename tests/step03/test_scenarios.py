@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from step02_paged import PrefixMatch
+from step02_paged.geometry import PoolGeometry
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step03_prefix_hash.pictures import hash_tree_dot, hash_tree_text
 
@@ -14,7 +15,7 @@ BS = 4
 
 
 def kv_with(num_blocks: int = 16) -> PrefixCachingKVCacheManager:
-    return PrefixCachingKVCacheManager(num_blocks, BS)
+    return PrefixCachingKVCacheManager(PoolGeometry(num_blocks, BS))
 
 
 @pytest.mark.task("task3.lookup")

@@ -12,6 +12,7 @@ import pytest
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import FCFS, Engine, EngineConfig
+from step02_paged.geometry import PoolGeometry
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step04_radix.pictures import lpm_figures, queue_text
@@ -24,7 +25,7 @@ STEM = list(range(1, 21))  # 20 cached tokens
 
 def cached(*prompts: list[int]) -> RadixKVCacheManager:
     """A slot tree holding `prompts`, nobody running."""
-    kv = RadixKVCacheManager(num_slots=256)
+    kv = RadixKVCacheManager(PoolGeometry(256, 1))
     for p in prompts:
         slots = kv.block_manager.allocate(len(p))
         kv.block_manager.release(slots[: kv.tree.insert(p, slots)])  # the tree had those tokens already
@@ -162,10 +163,11 @@ def test_dfs_weight_walks_the_heaviest_subtree_first():
     assert ids(waiting) == [1, 3, 2, 4, 6, 5, 0]
 
 
-def test_dfs_weight_needs_a_tree():
-    kv = PrefixCachingKVCacheManager(num_blocks=8, block_size=4)
-    with pytest.raises(TypeError, match="radix tree"):
-        DFSWeight().order(queue(kv, [1, 2], [3, 4]), kv, 1)
+def test_dfs_weight_needs_a_tree(model):
+    """Said once, by the policy, when an engine's scheduler is given it: not at the first busy step."""
+    with pytest.raises(ValueError, match="radix tree"):
+        Engine(model, EngineConfig(num_blocks=8, block_size=4), PrefixCachingKVCacheManager, policy=DFSWeight())
+    Engine(model, EngineConfig(num_blocks=8, block_size=1), RadixKVCacheManager, policy=DFSWeight())
 
 
 def test_policies_by_name_and_bad_options():

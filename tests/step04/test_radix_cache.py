@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from step01_kvcache.generate import SamplingParams
+from step02_paged.geometry import PoolGeometry
 from step02_paged.scheduler import admit as admit_after_match
 from step04_radix import RadixKVCacheManager, RadixSequence, TreeMatch
 
@@ -30,16 +31,16 @@ def seq(i: int, tokens: list[int]) -> RadixSequence:
 
 
 def test_a_shared_prefix_is_a_lock_not_a_count():
-    kv = RadixKVCacheManager(32)
+    kv = RadixKVCacheManager(PoolGeometry(32, 1))
     a = seq(0, [1, 2, 3, 4, 5, 6])
     assert admit(kv, a) == 0
     compute(kv, a, 6)  # prefill done: all 6 tokens now belong to the tree, a locks them
-    assert a.cache_protected_len == 6 and kv.private_slots(a) == []
+    assert a.cache_protected_len == 6 and kv.private_blocks(a) == []
     assert kv.tree.protected_size == 6 and kv.block_manager.num_free == 26
 
     b = seq(1, [1, 2, 3, 9, 9])
     assert admit(kv, b) == 3  # the match splits a's edge after [1, 2, 3]
-    assert b.block_table[:3] == a.block_table[:3] and len(kv.private_slots(b)) == 2
+    assert b.block_table[:3] == a.block_table[:3] and len(kv.private_blocks(b)) == 2
     assert all(kv.block_manager.ref_count[s] == 1 for s in b.block_table[:3]), "no extra count for sharing"
     assert [n.lock_ref for n in kv.tree.nodes()] == [2, 1], "[1,2,3] is locked by a and b, [4,5,6] by a"
     kv.check_invariants()
@@ -58,7 +59,7 @@ def test_a_shared_prefix_is_a_lock_not_a_count():
 
 def test_duplicates_are_freed_and_the_table_points_at_the_tree():
     """Two requests with the same prompt admitted together: both compute it; the second insert finds it."""
-    kv = RadixKVCacheManager(32)
+    kv = RadixKVCacheManager(PoolGeometry(32, 1))
     a, b = seq(0, [7, 8, 9, 10]), seq(1, [7, 8, 9, 10, 11])
     assert admit(kv, a) == 0 and admit(kv, b) == 0  # nothing cached yet
     b_own = list(b.block_table)
@@ -74,7 +75,7 @@ def test_duplicates_are_freed_and_the_table_points_at_the_tree():
 
 
 def test_allocation_failure_unlocks_and_changes_no_table():
-    kv = RadixKVCacheManager(8)
+    kv = RadixKVCacheManager(PoolGeometry(8, 1))
     a = seq(0, [1, 2, 3, 4, 5, 6])
     admit(kv, a)
     compute(kv, a, 6)
@@ -90,7 +91,7 @@ def test_allocation_failure_unlocks_and_changes_no_table():
 
 
 def test_eviction_makes_room_but_spares_the_matched_prefix():
-    kv = RadixKVCacheManager(12)
+    kv = RadixKVCacheManager(PoolGeometry(12, 1))
     for i, tokens in enumerate(([1, 2, 3, 4], [5, 6, 7, 8])):
         s = seq(i, tokens)
         admit(kv, s)
@@ -105,7 +106,7 @@ def test_eviction_makes_room_but_spares_the_matched_prefix():
 
 def test_a_stale_match_is_refused_and_changes_nothing():
     """Look up A; another admission evicts A's matched node; allocating A with the old match is refused."""
-    kv = RadixKVCacheManager(8)
+    kv = RadixKVCacheManager(PoolGeometry(8, 1))
     old = seq(0, [1, 2, 3, 4, 5])
     admit(kv, old)
     compute(kv, old, 5)
@@ -126,7 +127,7 @@ def test_a_stale_match_is_refused_and_changes_nothing():
 
 def test_a_preempted_request_is_counted_once():
     """Re-admitted after a preemption, a request finds its own computed tokens: no prompt hit, no new admission."""
-    kv = RadixKVCacheManager(32)
+    kv = RadixKVCacheManager(PoolGeometry(32, 1))
     first = seq(0, [1, 2, 3, 4])
     admit(kv, first)
     compute(kv, first, 4)

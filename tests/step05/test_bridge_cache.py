@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from step01_kvcache.generate import SamplingParams
+from step02_paged.geometry import PoolGeometry
 from step02_paged.scheduler import admit as admit_after_match
 from step04_radix import RadixSequence
 from step05_bridge import BridgeKVCacheManager
@@ -44,7 +45,7 @@ def refs(kv: BridgeKVCacheManager, blocks: list[int]) -> list[int]:
 
 @pytest.mark.task("task5.insert")
 def test_two_levels_of_reference_counts():
-    kv = BridgeKVCacheManager(16, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
     a = seq(0, range(10))  # 10 tokens: two full blocks and a partial one
     assert admit(kv, a) == 0
     compute(kv, a)
@@ -73,7 +74,7 @@ def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
     compute the same prompt. The first insert gives its blocks to the tree; the others find them there, take
     references on the tree's blocks and drop their own copies (freed at once), so the block table and the ref
     counts agree."""
-    kv = BridgeKVCacheManager(16, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
     reqs = [seq(i, range(12)) for i in range(3)]
     for r in reqs:
         assert admit(kv, r) == 0
@@ -113,7 +114,7 @@ class ReleaseByRematch(BridgeKVCacheManager):
 
 
 def test_releasing_by_rematch_frees_blocks_it_never_held():
-    kv = ReleaseByRematch(16, BS)
+    kv = ReleaseByRematch(PoolGeometry(16, BS))
     req4, req5, req6 = (seq(i, range(12)) for i in (4, 5, 6))
     for r in (req4, req5, req6):  # all submitted before any step: all miss
         kv.allocate_slots(r, 12, kv.get_computed_blocks(r))
@@ -128,7 +129,7 @@ def test_releasing_by_rematch_frees_blocks_it_never_held():
     assert refs(kv, abc) == [0, 0, 0] and kv.block_manager.num_free > 0, "A, B, C are free while req4 runs"
     with pytest.raises(ValueError, match="below zero"):
         kv.free(req4)  # the write-up saw ref -1 and a crash on the next adopt; our BlockManager refuses
-    ok = BridgeKVCacheManager(16, BS)  # the same run with the chapter's bridge
+    ok = BridgeKVCacheManager(PoolGeometry(16, BS))  # the same run with the chapter's bridge
     reqs = [seq(i, range(12)) for i in (4, 5, 6)]
     for step in (admit, compute, finish):
         for r in reqs:
@@ -139,7 +140,7 @@ def test_releasing_by_rematch_frees_blocks_it_never_held():
 def test_node_pointer_lock_survives_a_split_above_it():
     """The "locking by token path" setting at block level: R locks the node where its 125-token match ends; another
     request's insert then splits R's path at 100; unlocking R by its node pointer walks the new node too."""
-    kv = BridgeKVCacheManager(64, 16)
+    kv = BridgeKVCacheManager(PoolGeometry(64, 16))
     x = seq(0, range(144))
     admit(kv, x)
     compute(kv, x)
@@ -157,7 +158,7 @@ def test_node_pointer_lock_survives_a_split_above_it():
 
 @pytest.mark.task("task5.insert")
 def test_eviction_frees_only_what_no_request_uses():
-    kv = BridgeKVCacheManager(8, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(8, BS))
     a = seq(0, range(16))
     admit(kv, a)
     compute(kv, a)
@@ -176,7 +177,7 @@ def test_eviction_frees_only_what_no_request_uses():
 
 
 def test_preempted_request_finds_its_own_blocks_again():
-    kv = BridgeKVCacheManager(16, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
     a = seq(0, range(10))
     admit(kv, a)
     compute(kv, a, 6)  # a first chunk of 6 tokens: one full block goes to the tree
@@ -190,7 +191,7 @@ def test_preempted_request_finds_its_own_blocks_again():
 
 
 def test_reset_cache_needs_a_drained_manager_and_frees_everything():
-    kv = BridgeKVCacheManager(16, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
     a = seq(0, range(10))
     admit(kv, a)
     with pytest.raises(RuntimeError, match="use it"):
@@ -203,7 +204,7 @@ def test_reset_cache_needs_a_drained_manager_and_frees_everything():
 
 
 def test_check_invariants_names_a_broken_count():
-    kv = BridgeKVCacheManager(16, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
     a = seq(0, range(10))
     admit(kv, a)
     compute(kv, a)
@@ -214,7 +215,7 @@ def test_check_invariants_names_a_broken_count():
 
 def test_a_stale_match_is_refused_and_changes_nothing():
     """Look up A; another admission evicts A's matched node; allocating A with the old match is refused."""
-    kv = BridgeKVCacheManager(4, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(4, BS))
     old = seq(0, range(9))
     admit(kv, old)
     compute(kv, old)
@@ -233,7 +234,7 @@ def test_a_stale_match_is_refused_and_changes_nothing():
 
 def test_a_preempted_request_is_counted_once():
     """Re-admitted after a preemption, a request finds its own blocks: no prompt hit, no second admission."""
-    kv = BridgeKVCacheManager(16, BS)
+    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
     first = seq(0, range(5))
     admit(kv, first)
     compute(kv, first)
@@ -245,3 +246,34 @@ def test_a_preempted_request_is_counted_once():
     s.preempt()
     assert admit(kv, s) == 8
     assert [c for *_, c in kv.stats.recent] == [0, 4] and s.num_cached_tokens == 4
+
+
+class FailingEviction(BridgeKVCacheManager):
+    """A bridge whose eviction raises (a host copy that failed, say), to see what admission leaves behind."""
+
+    def _evict_leaf(self, leaf):
+        raise RuntimeError("eviction failed")
+
+
+def test_an_admission_whose_eviction_raises_leaves_no_lock_behind():
+    kv = FailingEviction(PoolGeometry(6, BS))
+    for i, tokens in enumerate((range(8), range(50, 58))):  # two finished requests: four blocks cached, unlocked
+        done = seq(i, tokens)
+        admit(kv, done)
+        compute(kv, done)
+        finish(kv, done)
+    b = seq(2, list(range(8)) + [9] * 8)  # shares the first two blocks, needs three more: an eviction, which raises
+    match = kv.get_computed_blocks(b)
+    assert match.num_tokens == 8
+    locks = [n.lock_ref for n in kv.tree.nodes()]
+    with pytest.raises(RuntimeError, match="eviction failed"):
+        kv.allocate_slots(b, b.num_tokens - match.num_tokens + BS, match)
+    assert [n.lock_ref for n in kv.tree.nodes()] == locks and not kv.holders, "the lock went with the failure"
+    kv.check_invariants()
+    assert kv.reset_cache() == 4  # nothing is locked: the cache can be dropped
+
+
+@pytest.mark.parametrize("bad", [-4, 2.5, True, None])
+def test_bad_host_tier_sizes_are_refused(bad):
+    with pytest.raises(ValueError, match="host_blocks"):
+        BridgeKVCacheManager(PoolGeometry(4, BS), host_blocks=bad)

@@ -12,6 +12,7 @@ from hypothesis import settings
 from course.tiny import tiny_config, tiny_model
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
+from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_pool import KVPool
 from step05_bridge import BridgeKVCacheManager
 from step05_bridge.bridge_cache import TieredMatch
@@ -67,7 +68,7 @@ def test_returning_conversations_load_their_prefix_back(model):
 def test_save_and_load_move_the_exact_kv():
     """Blocks copied to the host and back land bit for bit, in every layer, at their new device blocks."""
     cfg = tiny_config()
-    pool = KVPool(cfg, num_blocks=8, block_size=4)
+    pool = KVPool(cfg, PoolGeometry(8, 4))
     pool.k.copy_(torch.randn_like(pool.k))
     pool.v.copy_(torch.randn_like(pool.v))
     before_k, before_v = pool.k[:, [2, 5]].clone(), pool.v[:, [2, 5]].clone()
@@ -107,7 +108,7 @@ def test_a_small_host_pool_drops_its_least_recently_used_prefixes(model):
 
 
 def test_the_tier_needs_the_device_pool():
-    kv = BridgeKVCacheManager(4, 4, host_blocks=8)
+    kv = BridgeKVCacheManager(PoolGeometry(4, 4), host_blocks=8)
     a = kv.new_sequence(0, list(range(15)), SamplingParams(max_new_tokens=1))
     assert kv.allocate_slots(a, 15, kv.get_computed_blocks(a))
     a.admit(0)

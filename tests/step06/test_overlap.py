@@ -1,4 +1,4 @@
-"""Overlap scheduling (`EngineConfig(overlap=True)`): step N+1 is scheduled and launched before step N's tokens are
+"""Overlap scheduling (`OverlapEngine`, chapter 6): step N+1 is scheduled and launched before step N's tokens are
 read. On the CPU (torch backend) nothing really overlaps, but everything else is the real thing — placeholders,
 one-step-late finishes, dropped extra tokens — so the overlapped engine must give the synchronous engine's
 tokens, request by request, on every cache design, through chunked prefill, preemption, sampling and aborts."""
@@ -10,7 +10,9 @@ from hypothesis import settings
 from course.tiny import tiny_model
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
+from step02_paged.forward_batch import decodes_first
 from step06_triton.engine import PREFIX_CACHES
+from step06_triton.overlap import OverlapEngine
 from tests.driver import drive_to_end, shared_prompts
 from tests.machines import MODEL, EngineMachine
 
@@ -30,8 +32,9 @@ def mixed_params(n: int) -> list[SamplingParams]:
 
 def engine(model, design: str, overlap: bool, tokens: int) -> Engine:
     bs = BLOCK[design]
-    return Engine(model, EngineConfig(num_blocks=tokens // bs, block_size=bs, max_num_seqs=4,
-                                      max_num_batched_tokens=16, overlap=overlap), PREFIX_CACHES[design])
+    return (OverlapEngine if overlap else Engine)(model, EngineConfig(num_blocks=tokens // bs, block_size=bs,
+                                                                      max_num_seqs=4, max_num_batched_tokens=16),
+                                                  PREFIX_CACHES[design])
 
 
 @pytest.mark.parametrize("design", sorted(BLOCK))
@@ -85,10 +88,25 @@ def test_a_finished_request_is_noticed_one_step_late(model):
 
 def test_max_new_tokens_is_not_overrun():
     """A request that sampled all it may is not scheduled again while its last token is still a placeholder."""
-    e = Engine(MODEL, EngineConfig(num_blocks=16, block_size=4, overlap=True))
+    e = OverlapEngine(MODEL, EngineConfig(num_blocks=16, block_size=4))
     e.add_request([1, 2, 3], SamplingParams(max_new_tokens=2))
     [out] = drive_to_end(e)
     assert len(out.output_ids) == 2 and e.stats.steps == 2  # two forwards (prefill, one decode), not a third
+
+
+def test_a_placeholder_takes_the_previous_steps_token_on_the_device():
+    e = OverlapEngine(MODEL, EngineConfig(num_blocks=16, block_size=4))
+    e.add_request([5, 6, 7], SamplingParams(max_new_tokens=4))
+    assert e.step() == []  # the prefill is launched; its token is not read yet
+    [seq] = e.scheduler.running
+    assert seq.num_in_flight == 1 and seq.output_ids == [] and seq.num_pending_tokens == 1
+    batch = decodes_first(e.scheduler.schedule())
+    ids, holes = e._token_ids(batch)
+    assert ids == [0] and holes == [(0, 0)], "row 0 waits for the previous step's token 0"
+    forward_batch, _ = e._prepare(batch, ids)
+    e._fill_placeholders(forward_batch, holes)
+    assert forward_batch.input_ids.tolist() == e._inflight.tokens.tolist()
+    assert forward_batch.positions.tolist() == [3]
 
 
 class OverlapBridgeMachine(EngineMachine):
@@ -96,14 +114,14 @@ class OverlapBridgeMachine(EngineMachine):
     step01's) on the overlapped engine."""
 
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
-                                          overlap=True), PREFIX_CACHES["bridge"])
+        return OverlapEngine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3,
+                                                 max_num_batched_tokens=10), PREFIX_CACHES["bridge"])
 
 
 class OverlapHashMachine(EngineMachine):
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
-                                          overlap=True), PREFIX_CACHES["hash"])
+        return OverlapEngine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3,
+                                                 max_num_batched_tokens=10), PREFIX_CACHES["hash"])
 
 
 TestOverlapBridgeMachine = OverlapBridgeMachine.TestCase
