@@ -17,6 +17,7 @@ import torch
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.kv_pool import KVPool
 
+from .cascade import CascadeBatch, CascadeGroup, CascadeMetadata, cascade_decode_attention
 from .decode_attention import num_kv_splits, paged_decode_attention
 from .extend_attention import extend_attention
 from .store_kvcache import store_kvcache
@@ -31,16 +32,20 @@ class TritonMetadata:
     num_decodes: int  # rows 0 .. num_decodes - 1 are single-token sequences
     max_query_len: int  # longest chunk (sizes the extend grid)
     max_splits: int  # the decode grid's split axis (each sequence's own split count is decided on the device)
+    cascade: tuple[CascadeGroup, ...] = ()  # decode rows that read a shared prefix once (cascade.py)
+    decode_lens: tuple[int, ...] = ()  # host copies of the decode rows' contexts (for the cascade's work lists)
 
     @classmethod
     def from_batch(cls, batch: ForwardBatch) -> TritonMetadata:
-        """Views of the batch's device tensors; the grid's split bound from a host-side length (never read back)."""
+        """Views of the batch's device tensors; the grid's split bound from a host-side length (never read back);
+        a `CascadeBatch`'s groups."""
         d = batch.num_decodes
         chunks = batch.num_new[d:]
         max_splits = num_kv_splits(max(c + 1 for c in batch.num_computed[:d])) if d else 1
         qsl = batch.query_start_loc[d:] - batch.query_start_loc[d]
+        cascade = batch.cascade if isinstance(batch, CascadeBatch) else ()
         return cls(batch.slot_mapping, batch.block_tables(), batch.seq_lens.to(torch.int32), qsl, d,
-                   max(chunks, default=0), max_splits)
+                   max(chunks, default=0), max_splits, cascade, tuple(c + 1 for c in batch.num_computed[:d]))
 
 
 class TritonPagedAttention:
@@ -48,6 +53,7 @@ class TritonPagedAttention:
 
     def __init__(self, pool: KVPool, metadata: TritonMetadata) -> None:
         self.pool, self.md = pool, metadata
+        self.cascade: CascadeMetadata | None = None  # the cascade's work lists, made at the first layer
 
     @classmethod
     def for_step(cls, pool: KVPool, batch: ForwardBatch) -> TritonPagedAttention:
@@ -58,7 +64,12 @@ class TritonPagedAttention:
         store_kvcache(k, v, k_cache, v_cache, md.slot_mapping)
         out = torch.empty_like(q)
         d = md.num_decodes
-        if d:
+        if d and md.cascade:
+            if self.cascade is None:  # one build per step, on the host, in one copy; every layer reads it
+                self.cascade = CascadeMetadata.build(md.cascade, md.decode_lens, q.shape[1], k.shape[1], q.shape[2],
+                                                     q.device)
+            cascade_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], self.cascade, out=out[:d])
+        elif d:
             paged_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], md.seq_lens[:d], md.max_splits,
                                    out=out[:d])
         if d < q.shape[0]:
