@@ -37,7 +37,6 @@ from step02_paged.geometry import cdiv
 
 from .decode_attention import (
     LOG2E,
-    MAX_SPLITS,
     Partials,
     _sm_count,
     attend_tile,
@@ -116,9 +115,31 @@ def _cascade_prefix_kernel(
 
 
 @dataclass(frozen=True)
+class CascadeGrid:
+    """Fixed sizes for a cascade captured in a CUDA graph: every work list padded to these, every grid this big
+    (programs past the work return at once), so that one graph replays any cascade that fits."""
+
+    rows: int  # decode rows (the graph's batch)
+    groups: int
+    tiles: int
+    prefix_splits: int
+    splits: int  # the suffix pass's split axis
+
+    @classmethod
+    def for_batch(cls, rows: int, group_heads: int, min_group: int, max_context: int,
+                  head_dim: int) -> CascadeGrid:
+        """Room for any groups of `min_group` rows or more among `rows` decode rows of contexts up to
+        `max_context`."""
+        groups = max(1, rows // min_group)
+        block_m = PREFIX_TILE.get(head_dim, (64, 64, 4))[0]
+        return cls(rows, groups, cdiv(rows * group_heads, block_m) + groups, MAX_PREFIX_SPLITS,
+                   num_kv_splits(max_context))
+
+
+@dataclass(frozen=True)
 class CascadeMetadata:
-    """The step's cascade, as the kernels read it (device int32 tensors, made on the host in one copy), and the
-    grid bounds as host integers."""
+    """The step's cascade, as the kernels read it (device int32 views of one tensor, made on the host and copied
+    once), and the grid bounds as host integers."""
 
     kv_start: torch.Tensor  # [B] where each decode row's own keys start (its group's prefix length, else 0)
     slot_base: torch.Tensor  # [B] its first merge slot after the prefix's (its group's prefix splits, else 0)
@@ -133,42 +154,42 @@ class CascadeMetadata:
     group_size: torch.Tensor  # [G]
     members: torch.Tensor  # [R]
     num_tiles: torch.Tensor  # [1]
-    max_tiles: int  # the prefix pass's grid: tiles, and splits per group
-    max_prefix_splits: int
-    max_splits: int  # the suffix pass's grid (split-KV's split axis)
+    flat: torch.Tensor  # all of the above, one after the other (a graph's static copy is refreshed from it)
+    grid: CascadeGrid  # the sizes of the lists and the grids
     block_m: int
     block_n: int
 
     @property
     def num_slots(self) -> int:
-        return self.max_prefix_splits + self.max_splits
+        """Merge slots per (row, head): the prefix's splits, then the suffix's."""
+        return self.grid.prefix_splits + self.grid.splits
 
     @classmethod
     def build(cls, groups: Sequence[CascadeGroup], seq_lens: Sequence[int], num_heads: int, num_kv_heads: int,
               head_dim: int, device: torch.device | str, *, num_sms: int | None = None,
-              max_tiles: int | None = None, max_prefix_splits: int | None = None, max_splits: int | None = None,
-              block_m: int | None = None, block_n: int | None = None) -> CascadeMetadata:
+              grid: CascadeGrid | None = None) -> CascadeMetadata:
         """Work lists for decode rows with contexts `seq_lens` (host ints, the new token included) and `groups`.
-        A group's queries are cut into tiles of `block_m` rows; its prefix's keys into splits of whole key tiles,
+        A group's queries are cut into tiles of BLOCK_M rows; its prefix's keys into splits of whole key tiles,
         enough of them that the prefix pass has about PREFIX_PROGRAMS_PER_SM programs per SM, no shorter than
-        MIN_PREFIX_SPLIT tokens. `max_*` fix the grids (a CUDA graph's); by default they are this step's."""
-        tm, tn, _ = PREFIX_TILE.get(head_dim, (64, 64, 4))
-        block_m, block_n = block_m or tm, block_n or tn
+        MIN_PREFIX_SPLIT tokens. With `grid` (a CUDA graph's), every list is padded to its fixed size; by default
+        the lists and grids are this step's."""
+        block_m, block_n, _ = PREFIX_TILE.get(head_dim, (64, 64, 4))
         group_heads = num_heads // num_kv_heads
         B, G = len(seq_lens), len(groups)
+        rows_seen = [r for grp in groups for r in grp.rows]
+        if len(set(rows_seen)) != len(rows_seen) or any(not 0 <= r < B for r in rows_seen):
+            raise ValueError(f"every decode row (0..{B - 1}) belongs to at most one cascade group, got {groups}")
         kv_start, slot_base = np.zeros(B, np.int64), np.zeros(B, np.int64)
         tiles_per_group = [cdiv(len(grp.rows) * group_heads, block_m) for grp in groups]
         total_tiles = sum(tiles_per_group)
         target = PREFIX_PROGRAMS_PER_SM * (num_sms or _sm_count(torch.device(device)))
+        max_prefix_splits = grid.prefix_splits if grid else MAX_PREFIX_SPLITS
         splits, split_len = [], []
-        rows_seen = [r for grp in groups for r in grp.rows]
-        if len(set(rows_seen)) != len(rows_seen) or any(not 0 <= r < B for r in rows_seen):
-            raise ValueError(f"every decode row (0..{B - 1}) belongs to at most one cascade group, got {groups}")
         for grp in groups:
             if not grp.rows or not 0 < grp.prefix_len < min(seq_lens[r] for r in grp.rows):
                 raise ValueError(f"a cascade group needs rows and a prefix shorter than each row's context, got rows "
                                  f"{grp.rows} with a {grp.prefix_len}-token prefix")
-            wanted = max(1, min(max_prefix_splits or MAX_PREFIX_SPLITS, cdiv(grp.prefix_len, MIN_PREFIX_SPLIT),
+            wanted = max(1, min(max_prefix_splits, cdiv(grp.prefix_len, MIN_PREFIX_SPLIT),
                                 cdiv(target, num_kv_heads * total_tiles)))
             length = cdiv(cdiv(grp.prefix_len, block_n), wanted) * block_n
             splits.append(cdiv(grp.prefix_len, length))  # recounted: no empty split
@@ -176,30 +197,24 @@ class CascadeMetadata:
             kv_start[list(grp.rows)] = grp.prefix_len
             slot_base[list(grp.rows)] = splits[-1]
         suffix = np.asarray(seq_lens, np.int64) - kv_start
-        max_tiles = max_tiles if max_tiles is not None else max(total_tiles, 1)
-        max_prefix_splits = max_prefix_splits or max(splits, default=1)
-        max_splits = max_splits or num_kv_splits(int(suffix.max()) if B else 1)
-        if total_tiles > max_tiles or max(splits, default=1) > max_prefix_splits or \
-                max_prefix_splits + max_splits > 2 * MAX_SPLITS:
-            raise ValueError(f"the cascade needs {total_tiles} tiles and {max(splits, default=1)} prefix splits, "
-                             f"over the grid's {max_tiles} and {max_prefix_splits}")
-        tile_group = np.repeat(np.arange(G), tiles_per_group)
-        tile_row = np.concatenate([np.arange(n) * block_m for n in tiles_per_group]) if G else np.zeros(0, np.int64)
+        suffix_splits = num_kv_splits(int(suffix.max()) if B else 1)
+        if grid is None:
+            grid = CascadeGrid(B, G, max(total_tiles, 1), max(splits, default=1), suffix_splits)
+        elif B > grid.rows or G > grid.groups or total_tiles > grid.tiles or suffix_splits > grid.splits:
+            raise ValueError(f"{B} rows, {G} groups, {total_tiles} tiles do not fit the captured {grid}")
+        tile_row = np.concatenate([np.arange(n) * block_m for n in tiles_per_group]) if G else []
         sizes = [len(grp.rows) for grp in groups]
-        parts = [kv_start, slot_base, suffix, _padded(tile_group, max_tiles), _padded(tile_row, max_tiles),
-                 [grp.rows[0] for grp in groups], [grp.prefix_len for grp in groups], splits, split_len,
-                 np.cumsum([0] + sizes[:-1]) if G else [], sizes, rows_seen, [total_tiles]]
-        flat = torch.from_numpy(np.concatenate([np.asarray(p, np.int64) for p in parts]).astype(np.int32))
+        parts = [(kv_start, grid.rows), (slot_base, grid.rows), (suffix, grid.rows),
+                 (np.repeat(np.arange(G), tiles_per_group), grid.tiles), (tile_row, grid.tiles),
+                 ([grp.rows[0] for grp in groups], grid.groups), ([grp.prefix_len for grp in groups], grid.groups),
+                 (splits, grid.groups), (split_len, grid.groups), (np.cumsum([0] + sizes)[:G], grid.groups),
+                 (sizes, grid.groups), (rows_seen, grid.rows), ([total_tiles], 1)]
+        padded = [np.pad(np.asarray(p, np.int64), (0, size - len(p))) for p, size in parts]
+        padded[2][B:] = 1  # padding rows of a graph read one key, as in plain decode
+        flat = torch.from_numpy(np.concatenate(padded).astype(np.int32))
         if torch.device(device).type == "cuda":
             flat = flat.pin_memory().to(device, non_blocking=True)
-        views = flat.split([len(p) for p in parts])
-        return cls(*views, max_tiles=max_tiles, max_prefix_splits=max_prefix_splits, max_splits=max_splits,
-                   block_m=block_m, block_n=block_n)
-
-
-def _padded(values: np.ndarray, size: int) -> np.ndarray:
-    """`values` padded with zeros to `size` entries (the grid's tiles past `num_tiles` return at once)."""
-    return np.concatenate([values, np.zeros(size - len(values), values.dtype)])
+        return cls(*flat.split([size for _, size in parts]), flat=flat, grid=grid, block_m=block_m, block_n=block_n)
 
 
 def cascade_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
@@ -214,15 +229,15 @@ def cascade_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
         return out
     _, block_size, Hkv, _ = k_cache.shape
     partials = Partials.empty(B, Hq, D, md.num_slots, q.device)
-    if md.max_tiles:
-        _cascade_prefix_kernel[(Hkv, md.max_tiles, md.max_prefix_splits)](
+    if md.grid.groups:
+        _cascade_prefix_kernel[(Hkv, md.grid.tiles, md.grid.prefix_splits)](
             q, k_cache, v_cache, block_table, md.tile_group, md.tile_row, md.group_leader, md.group_len,
             md.group_splits, md.group_split_len, md.group_start, md.group_size, md.members, md.num_tiles,
             partials.mid_o, partials.mid_lse, q.stride(0), block_table.stride(0), partials.num_slots,
             LOG2E / math.sqrt(D), H_KV=Hkv, GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_M=md.block_m,
             BLOCK_N=md.block_n, IEEE=q.dtype == torch.float32,
             num_warps=num_warps or PREFIX_TILE.get(D, (64, 64, 4))[2])
-    decode_splits(q, k_cache, v_cache, block_table, md.suffix_lens, md.max_splits, out, partials, md.kv_start,
+    decode_splits(q, k_cache, v_cache, block_table, md.suffix_lens, md.grid.splits, out, partials, md.kv_start,
                   md.slot_base, **tuning)
     merge_partials(partials, out)
     return out

@@ -70,5 +70,6 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     else:
         engine = (OverlapEngine if overlap else Engine)(*args)
     if cuda_graphs:
-        engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs)
+        engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs,
+                              cascade_min_seqs=cascade_min_seqs if cascade else None)
     return engine
