@@ -11,8 +11,9 @@ Two kinds of graphs:
 - **decode**, one per padded batch size: every row is one sequence's next token; the graph also computes the
   LM head, so a replayed decode step hands back every row's logits;
 - **extend**, one per padded token count (up to `max_extend`): a single sequence's chunk after its cached prefix —
-  a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark. Padding rows
-  come after the real ones, so the causal mask keeps every real row from seeing them.
+  a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark — or a whole
+  prompt of a few thousand tokens, a cold request, which would otherwise launch its ~1,000 kernels one by one.
+  Padding rows come after the real ones, so the causal mask keeps every real row from seeing them.
 Other steps (long prefills, mixed batches) run eagerly. `CUDAGraphRunner` is the engine's runner (chapter 2's
 `ModelRunner` contract: a `ForwardBatch` in, the logits of its sampled rows out), so the engine does not know graphs
 exist; the graphs read the pool and the engine's persistent block table, which `capture` is given.
@@ -35,7 +36,9 @@ from .fusion import fused_decode
 from .triton_attention import TritonMetadata, TritonPagedAttention
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-EXTEND_SIZES = (16, 32, 64, 128, 256)
+# one sequence's chunk, padded up to the next of these: powers of two to 256, then steps of a quarter of the size
+# or less, so that padding costs at most a quarter of a long prefill (a cold request's whole prompt is one chunk)
+EXTEND_SIZES = (16, 32, 64, 128, 256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096)
 
 
 class CUDAGraphRunner(ModelRunner):

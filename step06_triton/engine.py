@@ -20,7 +20,7 @@ from step04_radix.policy import make_policy
 from step05_bridge import BridgeKVCacheManager
 
 from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
-from .cuda_graph import CUDAGraphRunner
+from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
 from .overlap import OverlapEngine
 from .triton_attention import TritonPagedAttention
 
@@ -71,5 +71,6 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         engine = (OverlapEngine if overlap else Engine)(*args)
     if cuda_graphs:
         engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs,
+                              max_extend=min(EXTEND_SIZES[-1], engine.config.max_num_batched_tokens),
                               cascade_min_seqs=cascade_min_seqs if cascade else None)
     return engine

@@ -124,9 +124,10 @@ def layer_attention(heads_name: str, prefixes: list[int]) -> dict:
     row["cascade_bytes"] = (sum(prefixes) + own) * kv_token + 2 * BATCH * hq * (md.group_splits.max().item() + 1) * (
         d + 1) * 4
     if len(prefixes) == 1:
-        distinct = shared_batch(BATCH, prefixes, OWN, heads, distinct=True)
-        row["plain_distinct_us"] = round(median_ms(lambda: paged_decode_attention(
-            distinct["q"], distinct["k"], distinct["v"], distinct["table"], distinct["seq_lens"], splits)) * 1e3, 1)
+        y = shared_batch(BATCH, prefixes, OWN, heads, distinct=True)
+        distinct = lambda: paged_decode_attention(y["q"], y["k"], y["v"], y["table"], y["seq_lens"], splits)  # noqa: E731
+        checked(distinct(), reference(y), "plain decode, the prefix in distinct blocks")
+        row["plain_distinct_us"] = round(median_ms(distinct) * 1e3, 1)
         row["bound_us"] = round(suffix_plus_sdpa_ms(x, prefixes[0]) * 1e3, 1)
     return row
 

@@ -114,7 +114,7 @@ def test_bad_groups_are_refused(groups, match):
 @pytest.fixture(scope="module")
 def model():
     return tiny_model(seed=3, num_layers=1, hidden_size=32, intermediate_size=32, num_heads=6, num_kv_heads=2,
-                      head_dim=16)
+                      head_dim=16).to(DEVICE)
 
 
 @pytest.mark.parametrize("design,block_size,overlap", [("hash", 4, False), ("radix", 1, True), ("bridge", 4, False)])
