@@ -41,7 +41,7 @@ PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, 
 FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
 MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
 MAX_SPLITS = 64  # the merge holds every split of a head in registers
-DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `bench.py --part sweep`
+DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `measure/kernels.py --part sweep`
 
 
 @triton.jit
@@ -333,16 +333,17 @@ def merge_partials(partials: Partials, out: torch.Tensor) -> None:
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                            seq_lens: torch.Tensor, max_splits: int | None = None, out: torch.Tensor | None = None,
-                           **tuning) -> torch.Tensor:
+                           partials: Partials | None = None, **tuning) -> torch.Tensor:
     """q [B, H_q, D] (the one new token of each sequence); k_cache/v_cache one layer of the pool
     [num_blocks, block_size, H_kv, D]; block_table [B, max_blocks] (int32 or int64); seq_lens [B] >= 1,
     counting the new token, whose K/V must already be stored. Returns [B, H_q, D].
 
     `max_splits` is the grid's split axis, a host integer: `num_kv_splits(longest context)`, by default the
     bound for the block table's width. The lengths are read on the device only, so the launch can be captured
-    in a CUDA graph and replayed with other `seq_lens`. `tuning` (`decode_splits`'s keywords): `num_sms` (default:
-    the device's) and `min_split_len` set the rule; the tile and warp defaults (`DECODE_TILE`) are the best of
-    `bench.py --part sweep` on an H200."""
+    in a CUDA graph and replayed with other `seq_lens`. `partials` (at least `max_splits` slots) lets a caller
+    reuse one buffer for every layer of a step instead of allocating one per launch. `tuning` (`decode_splits`'s
+    keywords): `num_sms` (default: the device's) and `min_split_len` set the rule; the tile and warp defaults
+    (`DECODE_TILE`) are the best of `measure/kernels.py --part sweep` on an H200."""
     out = check_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, out)
     if max_splits is None:
         max_splits = num_kv_splits(block_table.shape[1] * k_cache.shape[1], tuning.get("min_split_len",
@@ -350,7 +351,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     B, Hq, D = q.shape
     if B == 0:
         return out
-    partials = Partials.empty(B, Hq, D, max_splits, q.device)  # untouched with one split
+    if partials is None or partials.num_slots < max_splits or partials.mid_o.shape[:2] != (B, Hq):
+        partials = Partials.empty(B, Hq, D, max_splits, q.device)  # untouched with one split
     decode_splits(q, k_cache, v_cache, block_table, seq_lens, max_splits, out, partials, **tuning)
     if max_splits > 1:  # with one split every sequence was written by the first kernel
         merge_partials(partials, out)

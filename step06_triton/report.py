@@ -18,7 +18,7 @@ from pathlib import Path
 from course import report as course_report
 from course.report import met
 
-from .measure import engine_report
+from .measure import cascade_report, engine_report
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
@@ -187,8 +187,9 @@ def headline() -> str:
 
 
 def block(res: dict, engine: dict) -> str:
-    """The README's results block: the kernels' tables, then the engine's."""
-    return tables(res) + "\n" + engine_report.tables(engine) + "\n"
+    """The README's results block: the kernels' tables, then the engine's, then cascade attention's."""
+    cascade = cascade_report.tables(cascade_report.load())
+    return tables(res) + "\n" + engine_report.tables(engine) + "\n" + cascade + "\n"
 
 
 @course_report.register("step06", headline, BEGIN)

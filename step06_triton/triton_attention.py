@@ -19,7 +19,7 @@ from step02_paged.forward_batch import ForwardBatch
 from step02_paged.kv_pool import KVPool
 
 from .cascade import CascadeBatch, CascadeGroup, CascadeMetadata, cascade_decode_attention
-from .decode_attention import num_kv_splits, paged_decode_attention
+from .decode_attention import Partials, num_kv_splits, paged_decode_attention
 from .extend_attention import extend_attention
 from .store_kvcache import store_kvcache
 
@@ -57,6 +57,7 @@ class TritonPagedAttention:
     def __init__(self, pool: KVPool, metadata: TritonMetadata, cascade: CascadeMetadata | None = None) -> None:
         self.pool, self.md = pool, metadata
         self.cascade = cascade  # the cascade's work lists: given (a CUDA graph's), or made at the first layer
+        self.partials: Partials | None = None  # the decode's merge slots, allocated once for all layers
 
     @classmethod
     def for_step(cls, pool: KVPool, batch: ForwardBatch) -> TritonPagedAttention:
@@ -73,8 +74,10 @@ class TritonPagedAttention:
                                                      q.device)
             cascade_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], self.cascade, out=out[:d])
         elif d:
+            if self.partials is None:
+                self.partials = Partials.empty(d, q.shape[1], q.shape[2], md.max_splits, q.device)
             paged_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], md.seq_lens[:d], md.max_splits,
-                                   out=out[:d])
+                                   out=out[:d], partials=self.partials)
         if d < q.shape[0]:
             extend_attention(q[d:], k_cache, v_cache, md.block_table[d:], md.query_start_loc, md.seq_lens[d:],
                              md.max_query_len, out=out[d:], max_prefix_len=md.max_prefix_len)

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from step01_kvcache.attention import attention
 from step02_paged.geometry import cdiv
 
-from ..decode_attention import DECODE_TILE, num_kv_splits, paged_decode_attention, split_plan_host
+from ..decode_attention import DECODE_TILE, Partials, num_kv_splits, paged_decode_attention, split_plan_host
 from ..extend_attention import extend_attention
 from ..store_kvcache import store_kvcache
 from .common import ceilings, checked, copy_bandwidth, machine, median_ms, needs_gpu, rel_err
@@ -175,6 +175,9 @@ def bench_decode(heads: str, lengths: list[int], block_size: int, spare: float =
                splits_per_sequence=[min(plan), max(plan)], programs=sum(plan) * hkv, bytes=nbytes,
                triton_rel_err=checked(ours(), ref, f"decode {heads} {batch}x{max(lengths)}"))
     row["triton_tb_s"] = tb_s(median_ms(ours))
+    out, partials = torch.empty_like(q), Partials.empty(batch, hq, d, splits, q.device)  # made once, as an engine does
+    row["triton_eager_tb_s"] = tb_s(eager_ms(lambda: paged_decode_attention(q, k, v, table, seq_lens, splits, out,
+                                                                             partials)))
     if ragged:  # the same kernel on a CUDA graph's grid, and under the first version's rule
         graph_grid = num_kv_splits(32768)  # captured for contexts up to 32k tokens
         first = first_version_splits(batch, hkv, max(lengths))
