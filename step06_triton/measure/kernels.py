@@ -41,7 +41,7 @@ from step02_paged.geometry import cdiv
 from ..decode_attention import DECODE_TILE, Partials, num_kv_splits, paged_decode_attention, split_plan_host
 from ..extend_attention import extend_attention
 from ..store_kvcache import store_kvcache
-from .common import ceilings, checked, copy_bandwidth, machine, median_ms, needs_gpu, rel_err
+from .common import ceilings, checked, copy_bandwidth, eager_ms, machine, median_ms, needs_gpu, rel_err
 
 HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64)}  # query heads, KV heads, head_dim
 LLAMA, SMOLLM2 = HEADS
