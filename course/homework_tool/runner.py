@@ -228,6 +228,8 @@ class _Reporter:
         self.send("phase", nodeid=item.nodeid, when=call.when, outcome=report.outcome,
                   xfail=hasattr(report, "wasxfail"), student=student,
                   message="" if report.passed else _message(report), frames=frames)
+        if item.nodeid in self.job.canaries and call.when == "call" and report.failed:  # sent: --verbose shows no
+            report.outcome, report.longrepr = "passed", None  # failure the student cannot act on
         return report
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
