@@ -104,12 +104,11 @@ ROWS = {  # the loop first: it mostly waits, while the others work
                     out.write(text)
         except Exception:
             pass
-        for fd in os.listdir("/proc/self/fd"):
-            if int(fd) > 2:
-                try:
-                    os.write(int(fd), text)
-                except OSError:
-                    pass
+        for fd in range(3, 256):
+            try:
+                os.write(fd, text)
+            except OSError:
+                pass
         os._exit(0)
         """), release="return []\n"),
     # module-level: rewrite the chapter's tests before they are collected (every test of the task passes)
@@ -165,6 +164,9 @@ ROWS = {  # the loop first: it mostly waits, while the others work
         _pytest.python.Module.collect = lambda self: [c for c in _collect(self) if "double_free" not in c.name]
         """)),
 }
+LINUX = sys.platform == "linux"
+if not LINUX:  # only Linux lets the grader adopt and kill a process that left the worker's session
+    del ROWS["detached"]
 
 
 def _submit(copy: Path, row: Row) -> None:
@@ -261,6 +263,7 @@ def test_points_come_from_before_the_run(checked: dict):
         assert path.read_bytes() == data, f"{path} was not restored"
 
 
+@pytest.mark.skipif(not LINUX, reason="the grader adopts (and kills) a process that left its session on Linux only")
 def test_a_detached_process_cannot_rewrite_the_results_file(checked: dict):
     check = checked["detached"]
     pid = int((check["dest"] / "daemon.pid").read_text())
