@@ -16,10 +16,12 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from .markers import MarkerError
 from .tasks import CheckError, find_tasks, task_points
 
 CONFIG = "pyproject.toml"  # pytest's settings (markers, addopts): the run uses the grader's copy
+MARKER = ".course-release"  # a JSON file at the top of every release: what was stubbed, from which commit, manifest
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".hypothesis"}
 
 
@@ -67,8 +70,6 @@ def manifest(root: Path) -> dict:
 
 def read_manifest(root: Path) -> dict | None:
     """The manifest of the release at `root` (None: not a release, or one made before manifests)."""
-    from .release import MARKER  # release.py writes manifests with this module: imported here, not at the top
-
     try:
         return json.loads((root / MARKER).read_text()).get("manifest")
     except (OSError, ValueError, AttributeError):
@@ -251,7 +252,9 @@ class Snapshot:
                 same = False
             if not same:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                if path.is_symlink() or path.exists():
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                elif path.is_symlink() or path.exists():
                     path.unlink()
                 path.write_bytes(data)
         for path in added:
@@ -298,17 +301,22 @@ def _stats(folder: Path) -> Iterator[tuple[str, tuple]]:
                 continue
             yield (os.path.relpath(path, folder),
                    (stat.S_IFMT(st.st_mode), st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size, st.st_mode))
-    st = os.lstat(folder)
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return  # removed: every path of it differs
     yield ".", (stat.S_IFMT(st.st_mode), st.st_ino, st.st_ctime_ns, st.st_mtime_ns, st.st_size, st.st_mode)
 
 
 def _chmod(folder: Path, writable: bool) -> None:
     """Files 0444 and folders 0555 (or back to 0644 / 0755): the copy is read-only to the worker's tests."""
     files, folders = (0o644, 0o755) if writable else (0o444, 0o555)
+    with contextlib.suppress(OSError):  # the student's code may have removed or locked some of it: tampering
+        os.chmod(folder, folders)
     for dirpath, dirnames, filenames in os.walk(folder):
-        for names, mode in ((filenames, files), (dirnames, folders)):
+        for names, mode in ((dirnames, folders), (filenames, files)):
             for name in names:
                 path = os.path.join(dirpath, name)
                 if not os.path.islink(path):
-                    os.chmod(path, mode)
-    os.chmod(folder, folders)
+                    with contextlib.suppress(OSError):
+                        os.chmod(path, mode)

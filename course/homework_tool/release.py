@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..paths import REPO_ROOT, shown
-from .integrity import manifest
+from .integrity import MARKER, manifest
 from .leaks import describe, leaks_in
 from .markers import make_stub
 from .tasks import CheckError, find_tasks, select_chapters, task_points
@@ -34,7 +34,6 @@ INSTRUCTOR_ONLY = ("instructors", "tests/instructors")
 # What a release is made of when the course is not a git checkout: everything but these.
 _NOT_SOURCE = {".git", ".venv", "homework", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
                ".ipynb_checkpoints", "build", "dist", ".gl"}
-MARKER = ".course-release"  # a JSON file at the top of every release: what was stubbed, from which commit
 
 
 def is_instructor_only(relative: Path) -> bool:
