@@ -707,7 +707,8 @@ def test_step06_q11_a_short_chunk_splits_its_prefix():
     long_blocks = 8192 // LONG_CHUNK_TILE[0]
     says("step06", 11, f"1 block × {heads} heads × 1 sequence = **{programs} programs**",
          f"walking {prefix + new:,} keys", f"below {FILL_PER_SM} programs per SM (**{FILL_PER_SM * sms}**)",
-         f"`min(⌈{FILL_PER_SM * sms} / {programs}⌉, ⌈{prefix:,} / {MIN_SPLIT_LEN}⌉, 16)` = **{splits} splits**", f"**{splits * programs} programs**",
+         f"`min(⌈{FILL_PER_SM * sms} / {programs}⌉, ⌈{prefix:,} / {MIN_SPLIT_LEN}⌉, 16)` = **{splits} splits**",
+         f"**{splits * programs} programs**",
          f"tiles of {LONG_CHUNK_TILE[0]} rows: {long_blocks} query blocks × {heads} heads = "
          f"**{long_blocks * heads} programs**")
     assert extend_splits(1, 8192, prefix, heads, LONG_CHUNK_TILE[0], sms) == 1
