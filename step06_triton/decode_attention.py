@@ -206,8 +206,8 @@ def _merge_splits_kernel(
     """softmax over all keys = each split's softmax weighted by exp2(lse_split - lse_total)."""
     head = tl.program_id(0)
     b = tl.program_id(1)
-    num_splits = tl.load(num_splits_ptr + b)
-    if num_splits == 1:  # the split kernel wrote this sequence's output itself
+    num_splits = tl.minimum(tl.load(num_splits_ptr + b), num_slots)
+    if num_splits <= 1:  # the split kernel wrote this row's output itself (or no program had a row here: padding)
         return
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_DIM)

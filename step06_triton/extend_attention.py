@@ -165,6 +165,7 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError(f"splits must be in 1..{MAX_SPLITS}, got {splits}")
     partials = Partials.empty(T, Hq, D, splits, q.device) if splits > 1 else Partials.empty(0, Hq, D, 1, q.device)
     num_splits = partials.num_splits if splits > 1 else torch.empty(T, dtype=torch.int32, device=q.device)
+    num_splits.zero_()  # rows no program owns (a CUDA graph's padding, before its first replay) merge nothing
     grid = (triton.cdiv(max_query_len, block_m) * splits, Hq, B)
     _extend_kernel[grid](q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, partials.mid_o,
                          partials.mid_lse, num_splits, q.stride(0), out.stride(0), block_table.stride(0),

@@ -299,6 +299,21 @@ def test_a_short_chunk_after_a_long_prefix_splits_the_prefix(splits, block_size)
     assert_close(out, reference_extend(pool, q, q_lens), torch.float32)
 
 
+def test_rows_no_sequence_owns_merge_nothing():
+    """A CUDA graph's extend step is captured before any chunk is in its buffers: its rows belong to no sequence
+    (query_start_loc [0, 0]). Nothing may be read for them beyond the merge slots (on the H200 an uninitialised
+    split count read past them and faulted), and the real rows of a later launch are unaffected."""
+    pool = Pool([40], 16, num_kv_heads=3, head_dim=64, seed=1)
+    q = torch.randn(8, 9, 64, device=DEVICE)
+    empty = torch.tensor([0, 0], dtype=torch.int32, device=DEVICE)
+    extend_attention(q, pool.k, pool.v, pool.block_table, empty, pool.seq_lens, 8, block_m=16, block_n=16, splits=3,
+                     min_split_len=16)
+    qsl = torch.tensor([0, 8], dtype=torch.int32, device=DEVICE)
+    out = extend_attention(q, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, 8, block_m=16, block_n=16,
+                           splits=3, min_split_len=16)
+    assert_close(out, reference_extend(pool, q, [8]), torch.float32)
+
+
 def test_the_extend_split_rule():
     """The write-up's warm request (38 tokens after 2,080, SmolLM2's 9 heads): one query block per head, far fewer
     programs than 4 per SM, so the prefix is split; long chunks fill the GPU with query blocks and are not."""
