@@ -59,6 +59,15 @@ def decode_rows(e: dict) -> list[str]:
     return lines
 
 
+def earlier_note(e: dict) -> str:
+    """Parts of the file kept from an earlier run, said as such (with the run's date, commands and why)."""
+    old = e.get("earlier_run")
+    if not old:
+        return ""
+    return (f" **From an earlier run** ({old['date']}, " + ", ".join(f"`{c}`" for c in old["commands"]) + "): "
+            + ", ".join(f"`{p}`" for p in old["parts"]) + f", {old['note']}.")
+
+
 def tables(e: dict) -> str:
     m, ident = e["machine"], e["identity_fp32"]
     s = e["smollm2_135m"]
@@ -67,7 +76,8 @@ def tables(e: dict) -> str:
              + ", then ".join(f"`{c}`" for c in e["commands"]) + " (the later commands re-ran the parts they name "
              "into the same file). Random weights in each model's shape, bf16, 64 concurrent requests, 128 new "
              "tokens each, greedy; chapter 5's engine (the bridge) on the Triton kernels with fused CUDA-graph steps; "
-             "Hugging Face batched, left-padded, SDPA; contenders interleaved over three rounds.", "",
+             "Hugging Face batched, left-padded, SDPA; contenders interleaved over three rounds."
+             + earlier_note(e), "",
              "| target | measured | |", "|---|---|---|"]
     lines += [f"| {g['goal']} | {g['measured']} | {met(g['met'])} |" for g in goals(
         {k: v for k, v in e.items() if k in MODELS})]

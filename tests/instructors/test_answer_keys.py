@@ -572,12 +572,13 @@ def test_step06_q1_intensity_and_ridge():
     alone = 4 * d / (2 * bf16 * d)  # one query head per program: every program reads its KV head again
     assert grouped == hq / hkv
     engine_copy = _h200_engine()["smollm2_135m"]["random"]["decode"]["copy_tb_s"]
-    assert c["copy_tb_s"] < 0.8 * engine_copy, "the key says the kernel run's copy read low: reword it"
+    plain_loop = 4.3  # TB/s, a plain device-to-device copy loop on the H200 (the device tool's notes; H200.md)
+    assert max(c["copy_tb_s"], engine_copy) < 0.8 * plain_loop, "the key says both copy probes read low: reword it"
     says("step06", 1, f"`2 · H_kv · D` elements of {bf16} bytes", "`4 · H_q · D` FLOPs",
          f"**{grouped:g} FLOP/byte** for SmolLM2 ({hq} query / {hkv} KV heads)",
          f"`4 · D` FLOPs per `2 · {bf16} · D` bytes, **{alone:g} FLOP/byte**",
-         f"{c['copy_tb_s']} TB/s against {engine_copy:.2f} in the engine run",
-         f"ridge near {c['matmul_tflop_s'] / engine_copy:.0f})",
+         f"read {c['copy_tb_s']} TB/s, the engine run's {engine_copy:.2f}", f"against the {plain_loop} TB/s",
+         f"ridge near {c['matmul_tflop_s'] / plain_loop:.0f})",
          f"**{c['matmul_tflop_s'] / c['copy_tb_s']:.0f} FLOP/byte**")
 
 
@@ -657,7 +658,9 @@ def test_step06_q7_the_two_loops_from_their_parts():
          f"**{overlap['decode_wall_ms'] / overlap['decode_steps']:.2f} ms**",
          f"{d['gpu_us_per_step']} µs against a floor of {d['floor_us']} µs",
          f"{big['gpu_us_per_step']} µs against a floor of {big['floor_us']} µs",
-         f"{d['kernels_per_step']} kernels at **{per_kernel:.1f} µs**", f"**{d['floor_us'] / per_kernel:.0f} kernels**")
+         f"{d['kernels_per_step']} kernels at **{per_kernel:.1f} µs**", f"**{d['floor_us'] / per_kernel:.0f} kernels**",
+         f"copy probe, {d['copy_tb_s']:.1f} TB/s")
+    assert d["floor_us"] / per_kernel / SMOLLM2_135M["num_layers"] < 3.5, "the key says two or three per layer"
 
 
 def test_step06_q9_the_warm_requests_floor():
