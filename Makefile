@@ -16,11 +16,15 @@ tour: .venv/.installed
 	  $(PY) -m $$ch || exit 1; \
 	done
 
+# Two pytest-xdist workers (one per core of the CI machine): each file runs whole on one worker, so its module
+# fixtures run once; tests/conftest.py hands out the longest files first and gives each worker its share of cores.
+XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
+
 test: .venv/.installed
-	$(PY) -m pytest -q --nbmake tests notebooks
+	$(PY) -m pytest -q $(XDIST) --nbmake tests notebooks
 
 test-fast: .venv/.installed
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q $(XDIST) -m "not slow" tests
 
 # The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 26
 # engine combinations (33,800 in all) with aborts, injected forward faults and preemption storms, every answer against

@@ -39,7 +39,10 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             keys.append((chapter, task))
             plans.append(hw.plan(chapter, dest, timeout=60, tasks=tasks if task is None else [task]))
     workers = max(1, min(2, os.cpu_count() or 1))
-    return dict(zip(keys, hw.execute(plans, total_timeout=600, workers=workers), strict=True))
+    with pytest.MonkeyPatch.context() as env:
+        # a stubbed task fails its first Hypothesis example; shrinking it changes no verdict (tests/conftest.py)
+        env.setenv("KVCOURSE_HYPOTHESIS_PROFILE", "no-shrink")
+        return dict(zip(keys, hw.execute(plans, total_timeout=600, workers=workers), strict=True))
 
 
 def _row(result: dict, task: str) -> dict:

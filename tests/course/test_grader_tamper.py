@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -186,16 +187,24 @@ def _submit(copy: Path, row: Row) -> None:
     path.write_text(text + ("\n" + row.module if row.module else ""))
 
 
+# The rows' checks run two at a time, but their work in this process one at a time: CPython 3.11's ast.parse (which
+# hw.start uses) keeps its recursion depth per interpreter, not per thread, and two threads parsing at once can
+# raise "SystemError: AST constructor recursion depth mismatch" (seen under a loaded machine; cf. cpython#106905).
+# Only the checks' own processes overlap.
+_IN_PROCESS = threading.Lock()
+
+
 def _check(release: Path, base: Path, name: str, row: Row) -> dict:
-    root = release
-    if row.own_release:
-        root = base / f"release-{name}"
-        shutil.copytree(release, root)
-    dest = root / f"hw-{name}"
-    _submit(hw.start("step02", dest, root=root), row)
-    output = dest / "results.json"
-    before = {p: p.read_bytes() for p in (root / "tests/step02/test_block_manager.py",
-                                          root / "step02_paged/block_manager.py")}
+    with _IN_PROCESS:
+        root = release
+        if row.own_release:
+            root = base / f"release-{name}"
+            shutil.copytree(release, root)
+        dest = root / f"hw-{name}"
+        _submit(hw.start("step02", dest, root=root), row)
+        output = dest / "results.json"
+        before = {p: p.read_bytes() for p in (root / "tests/step02/test_block_manager.py",
+                                              root / "step02_paged/block_manager.py")}
     argv = [sys.executable, "-m", "course", "homework", "check", "step02", "--task", TASK, "--dest",
             str(dest), "--format", "json", "--output", str(output), *row.args]
     began = time.monotonic()
