@@ -58,13 +58,15 @@ def host_block(rec: dict) -> list[str]:
     lines = ["", f"**Host work per decode step**: {f['requests']} sequences decoding at once, a "
              "model that returns zeros at once and an attention backend with no per-step host work, so what is "
              "timed is the engine itself (scheduler, cache manager, block-table rows, the step's batch, sampling, "
-             f"bookkeeping): µs per step, the median of {f['steps_timed']} steps, the best of "
+             f"bookkeeping): µs per step, the median of {f['steps_timed']} steps, the median of "
              f"{f.get('rounds', 1)} rounds. The contexts of one manager are timed in turns of a few steps (a machine "
-             "whose speed drifts slows them alike); *longest / shortest* is the median over rounds of that ratio. "
+             "whose speed drifts slows them alike); *longest / shortest* is the row's last cell over its first, and "
+             "*per round* the same ratio within each round. "
              + provenance([rec], "no model"), "",
              "![host µs per decode step against the context](results/host.svg)", ""]
-    lines += table(["manager"] + [f"{c} tok" for c in contexts] + ["longest / shortest"],
-                   [[name] + [row[c] for c in contexts] + [f"{f['growth_longest_over_shortest'][name]}x"]
+    lines += table(["manager"] + [f"{c} tok" for c in contexts] + ["longest / shortest", "per round"],
+                   [[name] + [row[c] for c in contexts] + [f"{f['growth_longest_over_shortest'][name]}x",
+                                                           ", ".join(map(str, f["growth_per_round"][name]))]
                     for name, row in f["host_us_per_step"].items()])
     growth, worst = max(f["growth_longest_over_shortest"].values()), f["max_host_us_per_step"]
     lines += [""] + table(["target", "measured", ""],
@@ -77,11 +79,14 @@ def host_block(rec: dict) -> list[str]:
         phases = list(profiles[0]["share"])
         per_seq = ", ".join(f"{n} {us} µs" for n, us in f["us_per_sequence_per_step"].items())
         lines += ["", f"**Where a step's host time goes** at {profiles[0]['context']} tokens: each part of "
-                  "`Engine.step` timed by the clock around the method that does it, the median step (µs per step "
-                  f"here include those clocks). Per sequence and step, the fastest cell above is {per_seq}.", ""]
+                  "`Engine.step` timed by the clock around the method that does it, the median step; an engine "
+                  "without the clocks steps in turn with it, so the two µs rows are the same minutes of the machine "
+                  "(and need not match the table above, timed at other minutes). Per sequence and step, the fastest "
+                  f"cell above is {per_seq}.", ""]
         lines += table(["part of the step"] + [p["manager"] for p in profiles],
                        [[phase] + [f"{p['share'][phase]:.0%}" for p in profiles] for phase in phases]
-                       + [["µs per step (profiled)"] + [p["us_per_step"] for p in profiles]])
+                       + [["µs per step, with the clocks"] + [p["us_per_step"] for p in profiles]]
+                       + [["µs per step, without"] + [p.get("plain_us_per_step", "—") for p in profiles]])
         lines += ["", "Hottest functions by their own time under cProfile (which slows small calls most: where to "
                   "look, not shares): " + "; ".join(f"{p['manager']}: " + ", ".join(f"`{name}` {share:.0%}"
                   for name, share in p["top_functions"][:3]) for p in profiles) + "."]

@@ -63,7 +63,22 @@ def tier_bench(args: argparse.Namespace) -> dict:
                   blocks_saved=host.blocks_saved, blocks_loaded=host.blocks_loaded,
                   outputs_identical=[o.output_ids for o in runs["off"]] == [o.output_ids for o in runs["on"]])
     result.update(trade_off(engines["on"].pool, runs["off"][:turns], prompts[:turns]))
+    result.update(ttft_fit(runs, prompts, turns))
     return result
+
+
+def ttft_fit(runs: dict[str, list], prompts: list[list[int]], turns: int) -> dict:
+    """Each later turn's prompt tokens computed and time to first token, both runs, and the line through them:
+    TTFT = fixed + per_token · computed. A forward has a cost that does not shrink with its tokens (every weight
+    read once, the engine's step), so halving the tokens computed does not halve the time."""
+    points = [(len(p) - o.num_cached_tokens, o.ttft_s) for outs in runs.values()
+              for p, o in zip(prompts[turns:], outs[turns:])]
+    n, sx, sy = len(points), sum(x for x, _ in points), sum(y for _, y in points)
+    sxx, sxy = sum(x * x for x, _ in points), sum(x * y for x, y in points)
+    slope = (n * sxy - sx * sy) / (n * sxx - sx * sx)
+    return dict(later_turns={tier: [[len(p) - o.num_cached_tokens, round(o.ttft_s, 4)]
+                                    for p, o in zip(prompts[turns:], outs[turns:])] for tier, outs in runs.items()},
+                ttft_fixed_s=round((sy - slope * sx) / n, 4), ttft_ms_per_token=round(slope * 1e3, 3))
 
 
 def trade_off(pool, cold: list, prompts: list[list[int]], blocks: int = 64) -> dict:

@@ -45,7 +45,8 @@ def throughput_rows(e: dict) -> list[str]:
 
 def decode_rows(e: dict) -> list[str]:
     lines = ["| model | workload | kernels per step | GPU µs per step (graph replay) | floor µs (weights + K/V read "
-             "at copy speed) | host ms per step, sync / overlapped | GPU busy, sync / overlapped |",
+             "at copy speed) | ms per step on the host's clock (sync: includes the wait for the GPU), sync / "
+             "overlapped | GPU busy, sync / overlapped |",
              "|---|---|---|---|---|---|---|"]
     for model, label in MODELS.items():
         for wl in ("random", "shared_system"):

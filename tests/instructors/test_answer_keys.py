@@ -543,12 +543,16 @@ def test_step05_q9_loading_or_recomputing():
 
     from step05_bridge import BridgeKVCacheManager
 
-    flops_per_token = 2 * 1.35e8  # the question's
+    s = SMOLLM2_135M
+    h, kv = s["hidden_size"], s["num_kv_heads"] * s["head_dim"]
+    per_layer = 2 * h * s["num_heads"] * s["head_dim"] + 2 * h * kv + 3 * h * s["intermediate_size"] + 2 * h
+    params = s["num_layers"] * per_layer + h  # outside the embedding (a prompt token looks its row up)
+    assert round(params / 1e8, 2) == 1.06, params
+    flops_per_token = 2 * 1.06e8  # the question's
     rates = _h200_engine()["smollm2_135m"]["host_tier"]["rates"]
     matmul = _h200()["kernels"]["ceilings"]["matmul_tflop_s"]
     load = rates["h2d_gb_s"] * 1e9 / rates["kv_bytes_per_token"]
     assert abs(load - rates["load_tokens_s"]) / load < 0.01
-    s = SMOLLM2_135M
     assert rates["kv_bytes_per_token"] == 2 * s["num_layers"] * s["num_kv_heads"] * s["head_dim"] * 2  # K, V in bf16
     need = load * flops_per_token / 1e12
     prefill = rates["prefill_tokens_s"] * flops_per_token / 1e12

@@ -158,6 +158,28 @@ def test_locking_moves_exactly_the_locked_tokens_and_back():
     assert [n.lock_ref for n in tree.nodes()] == [0, 0, 0]
 
 
+class PairTree(RadixTree):
+    """A tree whose values are not one per token (one per two-token pair, counted like chapter 5's blocks): what
+    locking moves between the sizes must be counted in values."""
+
+    def span(self, start: int, end: int) -> int:
+        return end // 2 - start // 2
+
+
+@pytest.mark.task("task4.lock")
+def test_locking_moves_values_not_tokens():
+    tree = PairTree()
+    tree.insert([1, 2, 3, 4, 5], [70, 71])  # 5 tokens, 2 values (the last token's pair is incomplete)
+    tree.insert([1, 2, 3, 9], [70, 72])  # splits after 3 tokens: the upper edge holds 1 value, each lower one 1
+    _, node = tree.match_prefix([1, 2, 3, 4, 5])
+    tree.inc_lock_ref(node)
+    assert (tree.protected_size, tree.evictable_size) == (2, 1), "sizes count values (len(node.value)), not tokens"
+    tree.check_invariants()
+    tree.dec_lock_ref(node)
+    assert (tree.protected_size, tree.evictable_size) == (0, 3)
+    tree.check_invariants()
+
+
 @pytest.mark.task("task4.lock")
 def test_locking_the_root_is_a_no_op_and_underflow_is_refused():
     tree, _ = build([1, 2, 3])
