@@ -890,8 +890,9 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "notebooks/05_bridge.ipynb": {
         COUNT: ("ref_count 1)", "k − 1 requests", "(ref 2: the tree and request 3)", "(ref 2 = the tree +"),
-        FIGURE: ("a block holds 4 of them", "(10 letters) comes with 2 blocks", "shares 7 letters", "[0, 7) owns",
-                 "[7, 12) owns", "matches 9 letters, and the blocks cover 8 of them", "the same 10-token prompt",
+        FIGURE: ("a block holds 4 of them", "(10 letters) comes with 2 blocks", "shares 7 letters",
+                 "[0, 7) owns 1 block", "[7, 12) crosses two boundaries and owns\n2 blocks",
+                 "matches 9 letters, and the blocks cover 8 of them", "the same 10-token prompt",
                  "its own 3 blocks (2 full, 1 partial)", "request 0). The second", "(4 new tokens)",
                  "Request 3 (the assistant", "the bridge for 20 blocks",
                  "a device pool of 6 blocks: request 0 finishes"),
