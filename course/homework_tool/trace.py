@@ -40,8 +40,11 @@ def take() -> set[str]:
 
 def _compiled_kernels(source: str) -> set[str]:
     """Functions Triton compiles for a GPU (decorated `jit`), unless its interpreter runs them as Python."""
-    if interpreted():
-        return set()
+    return set() if interpreted() else kernels(source)
+
+
+def kernels(source: str) -> set[str]:
+    """The functions of `source` decorated as Triton kernels (`@triton.jit`)."""
     return {node.name for node in ast.walk(ast.parse(source))
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and any("jit" in ast.unparse(d) for d in node.decorator_list)}

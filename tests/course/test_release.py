@@ -340,6 +340,7 @@ def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
     shutil.copytree(fake / "step92_uses", dest / "step92_uses", dirs_exist_ok=True)
     [alone] = hw.execute([hw.plan("step92", dest, timeout=10, root=out)])
     assert alone["score"] == 0, "step92 must not pass on the stubbed step91 it builds on"
+    assert alone["tasks"][0]["needs"] == ["task91.add"], "the report names the earlier task to solve first"
     assert "imported from your copy" in alone["notes"][0]
 
     shutil.copytree(fake / "step91_fake", dest / "step91_fake", dirs_exist_ok=True)

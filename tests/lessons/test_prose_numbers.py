@@ -27,6 +27,7 @@ from collections import defaultdict
 
 import pytest
 
+from course.homework_tool.release import is_release
 from course.markdown import Document, documents, prose
 from course.paths import REPO_ROOT
 from course.tiny import SMOLLM2_135M
@@ -88,6 +89,8 @@ def _prose(path: str) -> _Prose:
 
 
 CHECKED: dict[str, set[int]] = defaultdict(set)  # path -> offsets of the numbers that a `says` checked
+# A student release writes the root README without its sections for instructors: what they say is not there.
+CUT = {"README.md"} if is_release() else set()
 
 
 def says(path: str, *strings: str) -> None:
@@ -97,7 +100,7 @@ def says(path: str, *strings: str) -> None:
     lesson = _prose(path)
     for s in strings:
         hit = lesson.covered(s)
-        if not hit:
+        if not hit and path not in CUT:
             MOVED.append(f"  {path} should say {s!r}")
         CHECKED[path] |= hit
 
@@ -928,7 +931,7 @@ def test_every_number_in_the_lessons_is_checked(file_outcomes: dict[str, str]):
         for contexts in ALLOWED.get(path, {}).values():
             for context in contexts:
                 hit = lesson.covered(context) - CHECKED[path]
-                if not hit:
+                if not hit and path not in CUT:
                     unused.append(f"{path}: {context!r}")
                 allowed |= hit
         unchecked += [f"{doc.where(o)}: {n}" for o, n in sorted(lesson.numbers.items())
