@@ -313,39 +313,35 @@ CHAIN_TEST = ("import pytest\n\nfrom step91_fake.chain import second\n\n\n@pytes
               "def test_second():\n    assert second(1) == 4\n")
 
 
-def test_check_names_the_unsolved_task_a_test_ran_into(course: Path, tmp_path: Path, capsys):
-    """task91.second is written but its test calls task91.first, still a stub: the report says what to solve
-    first, in the table, the JSON (`needs`) and Gradescope's output."""
+def test_the_report_names_the_tasks_a_task_needs(course: Path, tmp_path: Path, capsys):
+    """task91.second is written but its test calls task91.first, still a stub: the check says what to solve first,
+    in the table, the JSON (`needs`) and Gradescope's output. A traced run of the reference (the proof's) lists,
+    per task, the other tasks whose bodies its tests ran, in this chapter or an earlier one (task92.double calls
+    task91.add): what the Exercises tables' *needs* column must say. One worker runs the three checks."""
     from course.homework_tool.cli import _print_report
     from course.homework_tool.gradescope import gradescope
 
     (course / "step91_fake" / "chain.py").write_text(CHAIN)
     (course / "tests" / "step91" / "test_chain.py").write_text(CHAIN_TEST)
-    copy = hw.start("step91", tmp_path / "hw", root=course) / "chain.py"
+    copy = hw.start("step91", tmp_path / "student", root=course) / "chain.py"
     stub = 'raise NotImplementedError("task91.second: see step91_fake/README.md#exercises")'
     copy.write_text(copy.read_text().replace(stub, "return first(x) * 2"))
-    result = hw.check("step91", tmp_path / "hw", timeout=30, tasks=["task91.second", "task91.add"], root=course)
-    second, add = result["tasks"]
-    assert (second["points"], second["needs"]) == (0, ["task91.first"])
-    assert (add["points"], add["needs"]) == (0, []), "a task's own stub is no other task it needs"
-    assert "calls" not in second, "only a traced run (the proof's reference) records what the tests ran"
+    runs = [hw.plan("step91", tmp_path / "student", timeout=30, tasks=["task91.second", "task91.add"], root=course)]
+    for chapter in ("step91", "step92"):
+        hw.start(chapter, tmp_path / "reference", only=set(), root=course)
+        runs.append(hw.plan(chapter, tmp_path / "reference", timeout=30, root=course))
+        runs[-1].trace = True
+    result, first, second = hw.execute(runs)
+
+    written, stubbed = result["tasks"]
+    assert (written["points"], written["needs"]) == (0, ["task91.first"])
+    assert (stubbed["points"], stubbed["needs"]) == (0, []), "a task's own stub is no other task it needs"
+    assert "calls" not in written, "only a traced run (the proof's reference) records what the tests ran"
     _print_report(result, "step91")
     assert "-> needs task91.first (unsolved)" in capsys.readouterr().out
     [output] = [t["output"] for t in gradescope(result)["tests"] if t["name"] == "task91.second"]
     assert "needs task91.first (unsolved): solve it first" in output
 
-
-def test_a_traced_run_says_which_tasks_bodies_each_task_ran(course: Path, tmp_path: Path):
-    """With `trace`, each task's row lists the other tasks whose bodies its tests ran, in this chapter or an
-    earlier one (task92.double calls task91.add): what the Exercises tables' *needs* column must say."""
-    (course / "step91_fake" / "chain.py").write_text(CHAIN)
-    (course / "tests" / "step91" / "test_chain.py").write_text(CHAIN_TEST)
-    runs = []
-    for chapter in ("step91", "step92"):
-        hw.start(chapter, tmp_path / "hw", only=set(), root=course)
-        runs.append(hw.plan(chapter, tmp_path / "hw", timeout=30, root=course))
-    runs[0].trace = runs[1].trace = True
-    first, second = hw.execute(runs)
     assert {r["id"]: r["calls"] for r in first["tasks"]} == {
         "task91.add": [], "task91.first": [], "task91.second": ["task91.first"], "task91.triangle": []}
     assert {r["id"]: r["calls"] for r in second["tasks"]} == {"task92.double": ["task91.add"]}
