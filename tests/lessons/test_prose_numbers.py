@@ -204,7 +204,8 @@ def test_root_readme():
          f"prefills {round(workload('long')['tokens_mean'] / 1000)}k-token prompts")
     says(path, f"({markers.Region._field_defaults['points']} unless the marker says `points=N`)",
          f"(no `points=` means {markers.Region._field_defaults['points']})",
-         f"default {grading.check.__defaults__[1]:g}: an infinite", f"or a {leaks.KEY_NODES}-node formula", f"or a {leaks.KEY_TOKENS}-token formula",
+         f"default {grading.check.__defaults__[1]:g}: an infinite", f"or a {leaks.KEY_NODES}-node formula",
+         f"or a {leaks.KEY_TOKENS}-token formula",
          f"max({runner._grace(0):g} s, {runner._grace(1000) / 10:g} %)")
     oracle = (REPO_ROOT / "tests" / "step01" / "test_oracle.py").read_text()
     tolerance, new = "1e-4", re.search(r"\bn = (\d+)", oracle)[1]
