@@ -756,6 +756,7 @@ NAME = "part of a name (a model's, a version's, a file's, a tool's)"
 ROUGH = "an order of magnitude said in words (~40 kernels a layer, 2k-token prompts), not a figure"
 CHAPTERS = "a chapter's number without the word 'chapter' (the Sources table's column)"
 TESTS = "a parameter of a test the table names, as that test's code sets it"
+MODEL = "a constant of a model the course does not run, from its published shape (Llama-3-8B), and its arithmetic"
 ONCE = "a record of a one-off run that no results file keeps (the test suite's time, a GPU test run)"
 
 ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
@@ -801,12 +802,13 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
         FIGURE: ("blocks 0 and 1 (ref 2), three branches, and the LRU free queue 8, 9, 3*, 2*", "(4-token blocks)",
                  "Blocks 0 and 1 hold the system prompt and are shared by seq 1 and seq 2: ref 2.",
                  "Request 0 has finished: its blocks 2 and 3 keep their hashes at ref 0",
-                 "the never-used blocks 8 and 9 first (1st and 2nd); block 3", '"evicted 3rd"'),
+                 "the never-used blocks 8 and 9 first (1st and 2nd); block 3", '"evicted 3rd"', "(ref 2)"),
         SOURCE: ("measured 2.56× on average, 3.45× at best", 'The snapshot for "the first 16 tokens"',
                  "The write-up's shared prompt was 2,083 tokens", "(the write-up's 2083/35 ≈ 60×)",
-                 "100-200 ns per token", "100–200 ns/token", "reported 62.8% with its own texts"),
+                 "100-200 ns per token", "100–200 ns/token", "reported 62.8% with its own texts",
+                 "of 1 token by default"),
         COUNT: ("ref count + 1", "ref + 1", "drops to 0", "O(1)", "ref 0", "at ref 0", "with ref count 0",
-                "salt on block 0", "Block 0 is a", "near 1)", "of 1 token by default", "count was 0", "(ref 2)"),
+                "salt on block 0", "Block 0 is a", "near 1)", "count was 0"),
         TESTS: ("(ref 2 on a hit",),
     },
     "step04_radix/README.md": {
@@ -844,25 +846,27 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                  "three chats on the bridge (4-token blocks)", "(lock_ref 2), and its blocks 0-1 have ref_count 3",
                  "Request 0 has finished: blocks 2 and 3 are held", "ref_count 1), and its leaf, lock_ref 0,",
                  "Blocks 4 and 6 are each running request's", "(ref 2); 5 and 7,", "(ref 1)"),
-        SOURCE: ("hash each full 16-token block", "O(1) lookups", "block tables 16× smaller",
+        SOURCE: ("hash each full 16-token block", "block tables 16× smaller",
                  "and 16-token blocks suit", "SGLang runs page size 1", "a 96-token edge",
                  "(B = 16) is split after 90", "only 6 of B5's tokens",
                  "A split at 125 leaves a node whose depth is not a multiple of 16",
                  "a match ending there returned 125",
-                 "| a Llama-3-8B layer (8 KV heads × 128) | 4,096 | ≈ 4.4 × 10⁸ | ≈ 106,000 |",
                  "(a 2,083-token shared prompt there", "measured 2.56× on a GPU", "took about 16 ms",
                  "30-40% slower on ~144-token", "(~5 ms)", "30–40% *slower* on 144-token prompts", "~5 ms of CPU"),
-        COUNT: ("`ref_count` 1", "ref_count` 1", "level-1", "level-2", "(level 1)", "(level 2)", "+ 1 for the tree",
+        MODEL: ("| a Llama-3-8B layer (8 KV heads × 128) | 4,096 | ≈ 4.4 × 10⁸ | ≈ 106,000 |",),
+        COUNT: ("O(1) lookups", "`ref_count` 1", "ref_count` 1", "level-1", "level-2", "(level 1)", "(level 2)",
+                "+ 1 for the tree",
                 "`ref_cnt` 0", "| 0 means |", "count reaches 0", "a count goes to −1",
                 "`locks_after` 0 and `blocks_leaked` 0", "not 0, when", "at block size 1", "same as 2)"),
     },
     "step06_triton/README.md": {
-        NAME: ("1B shape", "1B-shaped", "FlashAttention-2", "32 bits", "(page size 1)", "stage 1", "stage 2"),
+        NAME: ("1B shape", "1B-shaped", "FlashAttention-2", "32 bits", "stage 1", "stage 2"),
         GIVEN: ("A decode step of 256 sequences behind one 4,096-token system prompt, each with 64 tokens of its own",
                 "skips 95% of the prefill"),
         FIGURE: ("70 tokens in 16-token blocks", "32-token tiles, a grid of 4 split programs",
                  "a tile of 3 rows × 3 query heads", "holds 11 tokens but only its two full blocks (8 tokens)"),
-        SOURCE: ("about 5 ms of CPU per step", 'a "3D"', "segments (16)", ", 2023 (a blog post"),
+        SOURCE: ("about 5 ms of CPU per step", 'a "3D"', "segments (16)", ", 2023 (a blog post",
+                 "(page size 1)"),
         COUNT: ("drop back to 1", "slot −1 returns", "exponent ≤ 0", "base 2", "starts at 0", "a 0 in its row",
                 "rather than 0?", "a context of 0 tokens", "step 1", "(step 1)", "(step 2)", "(step 3:", "(step 4)",
                 "step 2:", "step 3:"),
