@@ -153,7 +153,7 @@ def _long() -> Workload:
     manual = (TEXTS / "long_reference.txt").read_text(encoding="utf-8").strip()
     chats = [chat(q, manual) for q in _LONG_QUESTIONS]
     return Workload("long", "a 2,074-token reference manual as the system prompt (2,082 tokens shared "
-                    "with the chat template, the size of the Pico-vLLM write-up's 2,083) + 8 questions of 28-48 new "
+                    "with the chat template, the size of the Pico-vLLM write-up's 2,083) + 8 questions of 28-41 new "
                     "tokens; warm TTFT is bounded by total/new tokens", chats)
 
 

@@ -1,18 +1,22 @@
-"""Every homework task is gradable: its tests pass on the reference and fail when only it is stubbed.
+"""Every homework task is gradable: its tests pass on the reference and fail when only it is stubbed; and each
+chapter's Exercises table says which other tasks a task's tests run (its *needs* column).
 
 One worker process runs, for every chapter with markers, the reference and one copy per task with only
-that task stubbed (tagged tests only), so torch is imported once. Each task is its own test item.
+that task stubbed (tagged tests only), so torch is imported once. Each task is its own test item. The
+reference's run is traced (course/homework_tool/trace.py): each test records the tasks whose bodies it ran.
 In a student release the bodies are stubs already: there is no reference to prove against, so the
 proof skips there (and says so).
 """
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
 from course import homework_tool as hw
 from course.chapters import chapters
+from course.homework_tool import needs, trace
 from course.paths import REPO_ROOT
 
 CHAPTERS = chapters()
@@ -38,6 +42,7 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             hw.start(chapter, dest, only=set() if task is None else {task})
             keys.append((chapter, task))
             plans.append(hw.plan(chapter, dest, timeout=60, tasks=tasks if task is None else [task]))
+            plans[-1].trace = task is None  # the reference's run says which tasks' bodies each test ran
     workers = max(1, min(2, os.cpu_count() or 1))
     with pytest.MonkeyPatch.context() as env:
         # a stubbed task fails its first Hypothesis example; shrinking it changes no verdict (tests/conftest.py)
@@ -91,3 +96,28 @@ def test_tags_name_real_tasks(chapter: str, runs: dict) -> None:
         pytest.skip(f"{chapter} has no homework markers or no tests folder")
     unknown = runs[(chapter, None)]["unknown_tasks"]
     assert not unknown, f"tests/{chapter.split('_')[0]}/ tags tasks that no marker defines: {unknown}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_exercises_say_what_each_task_needs(chapter: str, runs: dict) -> None:
+    """The *needs* column of the chapter's Exercises table names exactly the other tasks (of this chapter and of
+    earlier ones) whose bodies the task's tests ran on the reference."""
+    if STUBBED[chapter]:
+        pytest.skip(NO_REFERENCE)
+    if (chapter, None) not in runs:
+        pytest.skip(f"{chapter} has no homework markers or no tests folder")
+    regions = [r for found in hw.find_tasks(chapter).values() for r in found]
+    if not trace.interpreted() and any(r.function.split(".")[-1] in trace.kernels((REPO_ROOT / r.file).read_text())
+                                       for r in regions):
+        pytest.skip("Triton compiles the kernels' bodies on a GPU, and a compiled body records nothing")
+    every = {int(c.removeprefix("step")[:2]): list(hw.find_tasks(c)) for c in CHAPTERS}
+    readme = (REPO_ROOT / chapter / "README.md").read_text()
+    cells = dict(re.findall(r"^\| `(task\d+\.[\w\-]+)` \| \d+ \| ([^|]*) \|", readme, re.M))
+    wrong = []
+    for row in runs[(chapter, None)]["tasks"]:
+        ran = set(row["calls"])
+        cell = cells.get(row["id"])
+        if cell is None or needs.parse(cell, every) != ran:
+            wrong.append(f"  {row['id']}: the table says {cell!r}; its tests run "
+                         f"{needs.describe(ran, row['id'], every)!r}")
+    assert not wrong, f"{chapter}/README.md's needs column:\n" + "\n".join(wrong)

@@ -8,10 +8,13 @@ edition of the whole course. One module per job:
 - integrity.py: what the grader trusts: the release's manifest, a private copy of the tests, the points read
   before any student code runs, and what changed during a run (tampering);
 - procs.py: every process a check started, found through /proc and killed (sessions, a child subreaper);
-- grading.py: `check`, the score of each task from what ran;
+- grading.py: `check`, the score of each task from what ran, and the other tasks whose stubs its tests ran into;
+- trace.py: which tasks' bodies each test runs (the reference instrumented at import time, for the proof);
+- needs.py: the *needs* column of the Exercises tables, written from what the tests run and read back;
 - gradescope.py: that score as Gradescope's results.json;
 - release.py: the student edition (`release`): stubs, and no instructor files, sections or reference outputs;
-- leaks.py: the search for solutions that leak into a release, as text or renamed (syntax trees compared);
+- leaks.py: the search for solutions that leak into a release, as text, renamed (syntax trees compared) or as
+  a formula written out in the lessons' markdown;
 - cli.py: `python -m course homework start|check|release`.
 """
 from .cli import main

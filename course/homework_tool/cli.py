@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..paths import shown
 from .gradescope import gradescope
-from .grading import RULE, check, failed_bodies, unrunnable
+from .grading import RULE, check, failed_bodies, unrunnable, unsolved_needs
 from .markers import MarkerError
 from .release import release
 from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start
@@ -58,6 +58,8 @@ def _print_report(result: dict, chapter: str) -> None:
         extra = ", ".join(f"{r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])
         earned = f"{r['points']}/{r['max_points']}"
         print(f"  {r['id']:<{width}}  {r['passed']:>6}/{r['total']:<5}  {earned:>6}   {extra}".rstrip())
+        if needs := unsolved_needs(r):
+            print(f"  {'':<{width}}  -> {needs}")
         if bodies := failed_bodies(r):
             print(f"  {'':<{width}}  -> {bodies}")
     u = result["untagged"]

@@ -1,7 +1,7 @@
 """Gradescope's autograder format: a check's result as its results.json, one test per task."""
 from __future__ import annotations
 
-from .grading import failed_bodies
+from .grading import failed_bodies, unsolved_needs
 
 
 def gradescope(result: dict) -> dict:
@@ -17,6 +17,7 @@ def gradescope(result: dict) -> dict:
     for r in result["tasks"]:
         lines = [f"{r['passed']}/{r['total']} tests pass" + "".join(
             f", {r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])]
+        lines += [f"{needs}: solve it first"] if (needs := unsolved_needs(r)) else []
         lines += [bodies] if (bodies := failed_bodies(r)) else []
         lines += failing.get(r["id"], [])[:10] + problems
         tests.append({"name": r["id"], "score": r["points"], "max_score": r["max_points"],

@@ -10,6 +10,7 @@ stubbed too, so they come from the student's own copies when there are any.
 """
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -121,7 +122,10 @@ def _summarize(run: Run, ended: Ended) -> dict:
         clean = not ended.collect_errors and not ended.tampering
         earned = clean and c["passed"] > 0 and c["failed"] == c["errors"] == 0
         rows.append({"id": task, **c, "points": worth[task] if earned else 0, "max_points": worth[task],
-                     "bodies": bodies.get(task, [])})
+                     "bodies": bodies.get(task, []), "needs": [] if earned else _needs(task, failures)})
+        if run.trace:  # the tasks whose bodies this task's tests ran (the proof's reference run)
+            rows[-1]["calls"] = sorted({t for nodeid, names in ended.tests.items() if task in names
+                                        for t in ended.ran.get(nodeid, [])} - {task})
     error = ended.error
     if ended.tampering:
         error = "tampering: " + "; ".join(ended.tampering) + ". Every task scores 0." + (f"\n{error}" if error else "")
@@ -153,6 +157,23 @@ def _bodies(dest: Path, package: str, failures: list[dict], frames: dict[str, li
     return out
 
 
+_STUB_RAISED = re.compile(r"\bNotImplementedError: (task[\w.\-]+): ")
+
+
+def _needs(task: str, failures: list[dict]) -> list[str]:
+    """The other tasks whose stubs the failing tests of `task` raised in (`raise NotImplementedError("taskN.x:
+    ...")`, in this chapter's copy, an earlier chapter's copy or a release's stubbed chapter): solve those first."""
+    return sorted({m[1] for f in failures if task in f["tasks"]
+                   and (m := _STUB_RAISED.search(f["message"])) and m[1] != task})
+
+
+def unsolved_needs(row: dict) -> str | None:
+    """For a task that failed because its tests ran into another task's stub: which ones (None: none did)."""
+    if row["points"] or not row.get("needs"):
+        return None
+    return "needs " + ", ".join(f"{t} (unsolved)" for t in row["needs"])
+
+
 def failed_bodies(row: dict) -> str | None:
     """For a task of several bodies that failed: which bodies are still stubs or, when none is, which ones its
     failing tests raised in (None when there is nothing to add: one body, the task passed, or no clue)."""
@@ -181,7 +202,7 @@ def unrunnable(chapter: str, message: str, root: Path | None) -> dict:
         worth = shipped if shipped is not None else task_points(find_tasks(package, root))
     except (CheckError, MarkerError):
         package, worth = chapter, {}
-    rows = [{"id": t, **_counts(), "points": 0, "max_points": p, "bodies": []} for t, p in worth.items()]
+    rows = [{"id": t, **_counts(), "points": 0, "max_points": p, "bodies": [], "needs": []} for t, p in worth.items()]
     return {"chapter": package, "copy": "", "tasks": rows, "score": 0, "max_score": sum(worth.values()),
             "untagged": _counts(), "unknown_tasks": [], "failures": [], "collect_errors": [], "error": message,
             "seconds": None, "notes": [], "rule": RULE, "tampering": []}

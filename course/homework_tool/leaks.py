@@ -1,18 +1,24 @@
 """Solutions that leak into a student release: a task's reference body standing anywhere outside its stub.
 
-Two searches, both run by `release` on what it is about to write (before anything is written):
+Three searches, all run by `release` on what it is about to write (before anything is written):
 
 - text: a line of a reference body (whitespace aside) in any text file: READMEs, notebooks, docstrings, code;
 - shape: a reference body's syntax tree with its names erased, in any Python source of the release (and the
-  code cells of its notebooks): a copy with renamed variables, or `bm = self.block_manager` in front.
+  code cells of its notebooks): a copy with renamed variables, or `bm = self.block_manager` in front;
+- prose: an expression of a reference body written out in the lessons' markdown (every `.md` file, and the
+  markdown and code cells of the notebooks), in a sentence, an inline `code` span or a fenced block, with its
+  names and numbers erased and its operators read as Python's (`−` is `-`, `×` is `*`): the formula of a
+  task, `end // B − start // B`, stated in a README.
 
-A copy found means the later code should call the task's function instead of restating it.
+A copy found means the later code should call the task's function instead of restating it, and a lesson
+should say what to compute, not the expression that computes it.
 """
 from __future__ import annotations
 
 import ast
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -261,15 +267,133 @@ def shape_leaks(files: Mapping[str, str], solutions: list[Solution]) -> list[Lea
     return out
 
 
-# ---------------------------------------------------------------- both, on a release
+
+# ---------------------------------------------------------------- prose: a body's expressions in the lessons
+
+# Operators that make a run of words a formula: arithmetic and comparisons. `|`, `&` (tables, prose) and the
+# brackets and commas of a call are kept as tokens but do not count towards an expression's operators.
+ARITHMETIC = frozenset({"+", "-", "*", "/", "//", "%", "**", "<", ">", "<=", ">=", "==", "!="})
+MIN_TOKENS = 7
+"""No expression of fewer tokens (operands, operators, brackets) is searched for in prose, and none with
+fewer than MIN_OPERATORS of ARITHMETIC: `a + b`, `len(x) - 1` or `n // B` are the vocabulary a lesson needs.
+`end // B - start // B` (task5.span's whole body) is 7 tokens and 3 operators."""
+MIN_OPERATORS = 2
+KEY_TOKENS = 15
+"""An expression found in prose is a leak when it is at least SHARE of its body's tokens, or KEY_TOKENS
+tokens (and MIN_TOKENS in both cases): a large body's key formula gives it away as a small body's whole
+expression does, while the lessons' own formulas (a slot's address, `blocks_needed`'s arithmetic written in
+the theory) stay below."""
+_UNICODE = str.maketrans({"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "≤": "<=", "≥": ">=", "≠": "!="})
+_KEYWORDS = frozenset({"and", "or", "not", "in", "is", "if", "else", "for", "lambda"})
+_TOKEN = re.compile(r"""
+    (?P<operand>\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?:-[A-Za-z_]\w*)*   # 16, 1e-4, 16-token (a word, not 16 - token)
+      |[A-Za-z_]\w+(?:-[A-Za-z_]\w+)+                               # copy-on-write: words of two letters or more
+      |[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*                              # x, self.block_size (`B-lo` is B - lo)
+      |"[^"\n]*"|'[^'\n]*')
+    |(?P<op>//|\*\*|<=|>=|==|!=|[-+*/%<>()\[\]{},:=|&^@])
+    """, re.X)
+
+
+def _tokens(text: str) -> Iterator[tuple[int, str]]:
+    """(offset, token) of a text read as an expression: every name, number or string is `X`, a keyword itself,
+    an operator itself (after `str.translate(_UNICODE)`); anything else (prose punctuation, `=` of a formula
+    written out) ends nothing and is skipped."""
+    for m in _TOKEN.finditer(text.translate(_UNICODE)):
+        if m["operand"]:
+            yield m.start(), m[0] if m[0] in _KEYWORDS else "X"
+        else:
+            yield m.start(), m[0]
+
+
+class Formula(NamedTuple):
+    """An expression of a reference body, as prose would write it: its tokens, names and numbers erased."""
+
+    region: Region
+    tokens: tuple[str, ...]
+    body_tokens: int
+
+
+def solution_formulas(root: Path | None = None, chapters: Iterable[str] | None = None) -> list[Formula]:
+    """The expressions of the chapters' reference bodies worth searching for in prose: MIN_TOKENS and
+    MIN_OPERATORS at least, and SHARE of their body or KEY_TOKENS."""
+    root = (root or REPO_ROOT).resolve()
+    out, seen = [], set()
+    for r, source in _solutions(root, chapters):
+        tree = ast.parse(source, str(r.file))
+        inside = next(([s for s in body if r.begin < s.lineno and (s.end_lineno or s.lineno) < r.end]
+                       for body in _statement_lists(tree) if any(r.begin < s.lineno < r.end for s in body)), [])
+        body = [t for _, t in _tokens("\n".join(ast.unparse(s) for s in inside))]
+        least = max(MIN_TOKENS, min(KEY_TOKENS, math.ceil(SHARE * len(body))))
+        for statement in inside:
+            for node in ast.walk(statement):
+                if not isinstance(node, ast.expr) or isinstance(node, ast.JoinedStr | ast.Constant):
+                    continue
+                tokens = tuple(t for _, t in _tokens(ast.unparse(node)))
+                operators = sum(t in ARITHMETIC for t in tokens)
+                if len(tokens) >= least and operators >= MIN_OPERATORS and (r.task, tokens) not in seen:
+                    seen.add((r.task, tokens))
+                    out.append(Formula(r, tokens, len(body)))
+    return out
+
+
+def markdown_sources(files: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    """(file, text) of the lessons' markdown in `files`: every `.md` file, and each notebook cell, markdown or
+    code (named `NOTEBOOK (cell N)`, its lines counted from the cell's first)."""
+    for where, text in sorted(files.items()):
+        if where.endswith(".md"):
+            yield where, text
+        elif where.endswith(".ipynb"):
+            try:
+                cells = json.loads(text).get("cells", [])
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            for i, cell in enumerate(cells, 1):
+                if cell.get("cell_type") in ("markdown", "code"):
+                    source = cell.get("source", "")
+                    yield f"{where} (cell {i})", "".join(source) if isinstance(source, list) else source
+
+
+def prose_leaks(files: Mapping[str, str], formulas: list[Formula]) -> list[Leak]:
+    """Every place in the markdown of `files` that writes out one of `formulas` (token for token, names and
+    numbers erased, in prose, a code span or a fenced block); of the formulas of one task found at one place,
+    the longest is named."""
+    by_start: dict[tuple[str, ...], list[Formula]] = {}
+    for f in formulas:
+        by_start.setdefault(f.tokens[:MIN_TOKENS], []).append(f)
+    if not by_start:
+        return []
+    out = []
+    for where, text in markdown_sources(files):
+        found = list(_tokens(text))
+        tokens = [t for _, t in found]
+        best: dict[tuple[int, str], Formula] = {}
+        for i in range(len(tokens) - MIN_TOKENS + 1):
+            for f in by_start.get(tuple(tokens[i:i + MIN_TOKENS]), []):
+                if tuple(tokens[i:i + len(f.tokens)]) == f.tokens:
+                    line = text.count("\n", 0, found[i][0]) + 1
+                    key = (line, f.region.task)
+                    if key not in best or len(f.tokens) > len(best[key].tokens):
+                        best[key] = f
+        for (line, task), f in sorted(best.items()):
+            if out and out[-1][:3] == (where, line, task):
+                continue
+            r = f.region
+            out.append(Leak(where, line, task, f"an expression of {len(f.tokens)} of the {f.body_tokens} tokens of "
+                                               f"{task}'s body at {r.file}:{r.begin} ({r.function}), written out: "
+                                               f"{' '.join(f.tokens)}"))
+    return out
+
+
+# ---------------------------------------------------------------- all three, on a release
 
 
 def leaks_in(files: Mapping[str, str], root: Path | None = None, chapters: Iterable[str] | None = None
              ) -> list[Leak]:
-    """Both searches over `files` (path relative to the release -> text) for the reference bodies that
+    """The three searches over `files` (path relative to the release -> text) for the reference bodies that
     `chapters` (default: all) of the course at `root` hand out as stubs."""
     return (text_leaks(files, solution_bodies(root, chapters))
-            + shape_leaks(files, solution_shapes(root, chapters)))
+            + shape_leaks(files, solution_shapes(root, chapters))
+            + prose_leaks(files, solution_formulas(root, chapters)))
 
 
 def read_texts(folder: Path) -> dict[str, str]:
@@ -284,7 +408,7 @@ def read_texts(folder: Path) -> dict[str, str]:
 
 
 def find_leaks(release_dir: Path, root: Path | None = None, chapters: Iterable[str] | None = None) -> list[Leak]:
-    """Both searches over a written release (what `release` checked before writing it, checked again)."""
+    """The three searches over a written release (what `release` checked before writing it, checked again)."""
     return leaks_in(read_texts(Path(release_dir)), root, chapters)
 
 

@@ -7,7 +7,8 @@ instructor-only files: the answer keys and the tests that check them, the root R
 instructors, and the notebooks' outputs (the reference computed them). Chapters are discovered (every
 `stepNN_*` package), so a new chapter with markers is released without registering it anywhere. Before
 anything is written, the release is searched for the bodies it stubs (leaks.py): one found anywhere else,
-renamed or not, stops the release.
+renamed or not, stops the release; so does a markdown file of the release (a README, a notebook's markdown) whose
+link, or inline `code` naming a path of the course, leads to a file the release leaves out (`dangling_references`).
 
 In the release there is no reference: the tests of a stubbed chapter fail (they do not crash the run),
 the homework proof skips, and `homework check` grades the student's copies as it does here. The release's
@@ -17,12 +18,16 @@ config, and every task's points, which `check` verifies before and after each ru
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import unquote
 
+from ..markdown import code_parts, is_local, links
 from ..paths import REPO_ROOT, shown
 from .integrity import MARKER, manifest
 from .leaks import describe, leaks_in
@@ -93,10 +98,16 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
             texts[f] = student_readme((root / f).read_text())
         elif f.parts[0] == "notebooks" and f.suffix == ".ipynb":
             texts[f] = cleared_notebook((root / f).read_text())
-    if found := leaks_in(_texts(root, files, texts), root, stubbed):
+    written = _texts(root, files, texts)
+    if found := leaks_in(written, root, stubbed):
         raise CheckError(f"the release would give {len({leak.task for leak in found})} task(s) away, so nothing "
                          f"was written; each of these restates a body that the release stubs:\n{describe(found)}\n"
                          "Call the task's function there instead of restating it.")
+    shipped = {str(f) for f in files}
+    if dangling := dangling_references(written, shipped, {str(f) for f in course_files(root)} - shipped):
+        raise CheckError(f"the release's markdown would point at {len(dangling)} thing(s) it leaves out, so nothing "
+                         "was written:\n" + "\n".join(f"  {d.file}:{d.line}: {d.target} ({d.why})" for d in dangling)
+                         + "\nLink only to what students get, or move the sentence into a section for instructors.")
     if dest.exists():
         shutil.rmtree(dest)
     for f in files:
@@ -124,6 +135,62 @@ def _texts(root: Path, files: list[Path], changed: dict[Path, str]) -> dict[str,
             out[str(f)] = changed[f] if f in changed else (root / f).read_text()
         except UnicodeDecodeError:
             continue  # a picture or another binary file: no code in it
+    return out
+
+
+class Dangling(NamedTuple):
+    """A reference in the release's markdown (file, line, what it names) to something the release does not hold."""
+
+    file: str
+    line: int
+    target: str
+    why: str
+
+
+_PATHLIKE = re.compile(r"[\w.-]+(?:/[\w.-]+)+/?")  # `tests/instructors`, `results/h200.json`: a path, no spaces
+
+
+def _markdown(files: Mapping[str, str]) -> Iterator[tuple[str, str, str]]:
+    """(file, where a reader would say it is, markdown text) of every `.md` file and notebook markdown cell."""
+    for name, text in sorted(files.items()):
+        if name.endswith(".md"):
+            yield name, name, text
+        elif name.endswith(".ipynb"):
+            try:
+                cells = json.loads(text).get("cells", [])
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            for i, cell in enumerate(cells, 1):
+                if cell.get("cell_type") == "markdown":
+                    source = cell.get("source", "")
+                    yield name, f"{name} (cell {i})", "".join(source) if isinstance(source, list) else source
+
+
+def dangling_references(files: Mapping[str, str], shipped: set[str], left_out: set[str]) -> list[Dangling]:
+    """References in the markdown of `files` (path in the release -> text) that lead out of the release: a link
+    or an image whose target is no file (or folder of files) in `shipped`, and inline code that names a path of
+    the course that the release leaves out (`left_out`, e.g. `tests/instructors`), relative to the file or to
+    the top. URLs and anchors of the same page are not checked; a link's anchor (`#exercises`) is dropped."""
+    def holds(paths: set[str], path: str) -> bool:
+        return path in paths or any(p.startswith(path.rstrip("/") + "/") for p in paths)
+
+    out = []
+    for name, where, text in _markdown(files):
+        folder = posixpath.dirname(name)
+        for offset, target in links(text):
+            if not is_local(target):
+                continue
+            path = posixpath.normpath(posixpath.join(folder, unquote(target.split("#", 1)[0])))
+            if target.split("#", 1)[0] and not holds(shipped, path):
+                why = "left out of the release" if holds(left_out, path) else "no such file"
+                out.append(Dangling(where, text.count("\n", 0, offset) + 1, target, why))
+        for offset, code in code_parts(text):
+            for m in _PATHLIKE.finditer(code):
+                if m.start() or m.end() != len(code.strip()):
+                    continue  # a path alone in its span, not one inside a command or a formula
+                places = {posixpath.normpath(posixpath.join(folder, m[0])), posixpath.normpath(m[0])}
+                if any(holds(left_out, p) for p in places) and not any(holds(shipped, p) for p in places):
+                    out.append(Dangling(where, text.count("\n", 0, offset) + 1, m[0], "left out of the release"))
     return out
 
 

@@ -51,7 +51,7 @@ from typing import TextIO
 import pytest
 
 from ..paths import REPO_ROOT, shown
-from . import procs
+from . import procs, trace
 
 
 @dataclass
@@ -68,6 +68,7 @@ class Run:
     built_on: list[str] = field(default_factory=list)  # earlier chapters imported from their copies in `dest`
     notes: list[str] = field(default_factory=list)  # said in the report (e.g. an earlier chapter left stubbed)
     points: dict[str, int] = field(default_factory=dict)  # task -> points, read before any student code ran
+    trace: bool = False  # record which tasks' bodies each test runs (trace.py; the proof's reference runs)
 
 
 @dataclass
@@ -91,6 +92,7 @@ class Ended:
     tags: list[str] = field(default_factory=list)  # every task tag seen before selecting (typos show up)
     results: dict[str, tuple[str, str, bool]] = field(default_factory=dict)  # test -> outcome, message, timed out
     frames: dict[str, list] = field(default_factory=dict)  # failing test -> [file, line] of the copy it raised in
+    ran: dict[str, list[str]] = field(default_factory=dict)  # test -> the tasks whose bodies it ran (Run.trace)
     collect_errors: list[dict] = field(default_factory=list)
     error: str | None = None  # the copy did not import, or the run stopped early
     fatal: str | None = None  # not graded against the copy: the check cannot say anything
@@ -211,6 +213,8 @@ class _Reporter:
                          if i.nodeid not in canaries])
 
     def pytest_runtest_logstart(self, nodeid: str) -> None:
+        if self.job.run.trace:
+            trace.take()  # what ran before this test (collection, an earlier test's teardown) is not its own
         self.send("start", nodeid=nodeid)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -233,7 +237,10 @@ class _Reporter:
         return report
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
-        self.send("finish", nodeid=nodeid)
+        if self.job.run.trace:
+            self.send("finish", nodeid=nodeid, ran=sorted(trace.take()))
+        else:
+            self.send("finish", nodeid=nodeid)
 
 
 @contextlib.contextmanager
@@ -294,6 +301,7 @@ def _run_in_process(job: Job, exclude: set[str], channel: _Channel) -> None:
     _forget_project_modules(dirs)
     importlib.invalidate_caches()
     code = None
+    finder = trace.install([Path(run.dest), Path(run.rootdir)]) if run.trace else None
     try:
         for package in [*run.built_on, run.package]:
             copy = (Path(run.dest) / package).resolve()
@@ -317,6 +325,8 @@ def _run_in_process(job: Job, exclude: set[str], channel: _Channel) -> None:
         code = int(pytest.main(args, plugins=[reporter]))
     finally:
         sys.path[:] = saved
+        if finder is not None:
+            trace.uninstall(finder)
         _forget_project_modules(dirs)
         channel.send("done", exit_code=code)
 
@@ -424,6 +434,8 @@ class _Progress:
         elif kind == "phase":
             self.phases.setdefault(e["nodeid"], []).append(e)
         elif kind == "finish":
+            if "ran" in e:
+                self.ended.ran[e["nodeid"]] = list(e["ran"])
             self._finished(e["nodeid"])
         elif kind == "done":
             self._done(e["exit_code"])

@@ -295,6 +295,58 @@ def test_check_names_the_body_of_a_task_that_failed(course: Path, tmp_path: Path
     assert gradescope == 0 and "failing tests raised in: Pair.load" in capsys.readouterr().out
 
 
+CHAIN = '''\
+def first(x: int) -> int:
+    """One more."""
+    # BEGIN SOLUTION task91.first
+    return x + 1
+    # END SOLUTION
+
+
+def second(x: int) -> int:
+    """Twice one more."""
+    # BEGIN SOLUTION task91.second
+    return first(x) * 2
+    # END SOLUTION
+'''
+CHAIN_TEST = ("import pytest\n\nfrom step91_fake.chain import second\n\n\n@pytest.mark.task('task91.second')\n"
+              "def test_second():\n    assert second(1) == 4\n")
+
+
+def test_the_report_names_the_tasks_a_task_needs(course: Path, tmp_path: Path, capsys):
+    """task91.second is written but its test calls task91.first, still a stub: the check says what to solve first,
+    in the table, the JSON (`needs`) and Gradescope's output. A traced run of the reference (the proof's) lists,
+    per task, the other tasks whose bodies its tests ran, in this chapter or an earlier one (task92.double calls
+    task91.add): what the Exercises tables' *needs* column must say. One worker runs the three checks."""
+    from course.homework_tool.cli import _print_report
+    from course.homework_tool.gradescope import gradescope
+
+    (course / "step91_fake" / "chain.py").write_text(CHAIN)
+    (course / "tests" / "step91" / "test_chain.py").write_text(CHAIN_TEST)
+    copy = hw.start("step91", tmp_path / "student", root=course) / "chain.py"
+    stub = 'raise NotImplementedError("task91.second: see step91_fake/README.md#exercises")'
+    copy.write_text(copy.read_text().replace(stub, "return first(x) * 2"))
+    runs = [hw.plan("step91", tmp_path / "student", timeout=30, tasks=["task91.second", "task91.add"], root=course)]
+    for chapter in ("step91", "step92"):
+        hw.start(chapter, tmp_path / "reference", only=set(), root=course)
+        runs.append(hw.plan(chapter, tmp_path / "reference", timeout=30, root=course))
+        runs[-1].trace = True
+    result, first, second = hw.execute(runs)
+
+    written, stubbed = result["tasks"]
+    assert (written["points"], written["needs"]) == (0, ["task91.first"])
+    assert (stubbed["points"], stubbed["needs"]) == (0, []), "a task's own stub is no other task it needs"
+    assert "calls" not in written, "only a traced run (the proof's reference) records what the tests ran"
+    _print_report(result, "step91")
+    assert "-> needs task91.first (unsolved)" in capsys.readouterr().out
+    [output] = [t["output"] for t in gradescope(result)["tests"] if t["name"] == "task91.second"]
+    assert "needs task91.first (unsolved): solve it first" in output
+
+    assert {r["id"]: r["calls"] for r in first["tasks"]} == {
+        "task91.add": [], "task91.first": [], "task91.second": ["task91.first"], "task91.triangle": []}
+    assert {r["id"]: r["calls"] for r in second["tasks"]} == {"task92.double": ["task91.add"]}
+
+
 # ---------------------------------------------------------------- points and the Gradescope format
 
 

@@ -8,6 +8,7 @@ no reference to search for, so those tests skip.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -189,6 +190,84 @@ def test_short_bodies_are_not_searched_for(fake: Path, tmp_path: Path):
     assert leaks.find_leaks(out, fake) == []
 
 
+SPAN = '''\
+def span(start: int, end: int, size: int) -> int:
+    """Blocks an edge over [start, end) owns: one per block boundary it crosses."""
+    # BEGIN SOLUTION task91.span
+    return end // size - start // size
+    # END SOLUTION
+'''
+
+
+@pytest.mark.parametrize("where,text,line", [
+    ("step91_fake/README.md", "# Spans\n\nAn edge over [s, e) owns e // B − s // B blocks.\n", 3),
+    ("step91_fake/README.md", "# Spans\n\nIt owns `end // 4 - start // 4` blocks, so 12 // 4 − 7 // 4 = 2.\n", 3),
+    ("step91_fake/README.md", "# Spans\n\n```\nnum_blocks(a, b) = b // bs - a // bs\n```\n", 4),
+    ("notes.md", "Two lines\nthen `hi//B-lo//B`\n", 2),
+])
+def test_a_formula_written_out_in_a_lesson_stops_the_release(fake: Path, tmp_path: Path, where: str, text: str,
+                                                             line: int):
+    """A task's whole expression in a README, as prose, as inline code or in a fenced block, with other names
+    and numbers and with `−` for `-`, is a leak: the release is not written, and the search names the place."""
+    (fake / "step91_fake" / "span.py").write_text(SPAN)
+    (fake / where).write_text(text)
+    [leak] = leaks.prose_leaks({where: text}, leaks.solution_formulas(fake))
+    assert (leak.file, leak.line, leak.task) == (where, line, "task91.span")
+    with pytest.raises(hw.CheckError, match=rf"task91.span: {re.escape(where)}:{line}:"):
+        rel.release(tmp_path / "student", root=fake)
+    assert not (tmp_path / "student").exists()
+
+
+def test_a_lesson_may_use_the_words_and_smaller_formulas_of_a_task(fake: Path, tmp_path: Path):
+    """The vocabulary around a formula is no leak: its names, a part of it (`end // B`), hyphenated words that
+    read like a subtraction, a table, or the formula of another task."""
+    (fake / "step91_fake" / "span.py").write_text(SPAN)
+    text = ("# Spans\n\nAn edge from `start` to `end` owns the blocks whose last token it holds: `end // B` of them "
+            "end before `end`.\nA copy-on-write, end-to-end, block-by-block design; `(k + 1) · B − 1`.\n\n"
+            "| a | b | c |\n|---|---|---|\n| 1 // 2 | x | y |\n\nBlocks: `(n + B − 1) // B`.\n")
+    (fake / "step91_fake" / "README.md").write_text(text)
+    assert leaks.prose_leaks({"step91_fake/README.md": text}, leaks.solution_formulas(fake)) == []
+    assert rel.release(tmp_path / "student", root=fake).is_dir()
+
+
+def test_notebook_cells_are_searched_for_formulas(fake: Path):
+    (fake / "step91_fake" / "span.py").write_text(SPAN)
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Spans\n\nIt owns `e // B − s // B`."),
+                                               nbformat.v4.new_code_cell("print(9 // 4 - 2 // 4)")])
+    found = leaks.prose_leaks({"notebooks/91.ipynb": nbformat.writes(notebook)}, leaks.solution_formulas(fake))
+    assert [(leak.file, leak.line) for leak in found] == [("notebooks/91.ipynb (cell 1)", 3),
+                                                         ("notebooks/91.ipynb (cell 2)", 1)]
+
+
+def test_a_link_to_what_the_release_leaves_out_stops_it(fake: Path, tmp_path: Path):
+    """Every markdown file the release writes may link only to files it writes: a link into the instructors'
+    files, a path of them in inline code, or a link to no file at all is named with its file and line."""
+    (fake / "step91_fake" / "README.md").write_text(
+        "# 91\n\nSee [the key](../instructors/answers/step91.md#1) and [the tests](../tests/step91/test_fake.py),\n"
+        "and `tests/instructors`, which recompute it; [a missing one](missing.md), [a site](https://example.org),\n"
+        "[here](#spans), `step91_fake/mathy.py` and ![a picture](figures/none.svg).\n")
+    with pytest.raises(hw.CheckError) as error:
+        rel.release(tmp_path / "student", root=fake)
+    message = str(error.value)
+    assert "step91_fake/README.md:3: ../instructors/answers/step91.md#1 (left out of the release)" in message
+    assert "step91_fake/README.md:4: tests/instructors (left out of the release)" in message
+    assert "step91_fake/README.md:4: missing.md (no such file)" in message
+    assert "step91_fake/README.md:5: figures/none.svg (no such file)" in message
+    assert message.count("step91_fake/README.md:") == 4, message
+    assert not (tmp_path / "student").exists()
+    (fake / "step91_fake" / "README.md").write_text("# 91\n\n[The tests](../tests/step91/test_fake.py).\n")
+    assert rel.release(tmp_path / "student", root=fake).is_dir()
+
+
+def test_the_student_readme_names_no_instructor_file(real_release: Path):
+    """The sections for instructors are left out, and what stays links only to what the release holds."""
+    shipped = {str(f) for f in rel.course_files(real_release)}
+    texts = {f: (real_release / f).read_text() for f in shipped if f.endswith((".md", ".ipynb"))}
+    assert rel.dangling_references(texts, shipped, {"instructors/answers/step01.md", "tests/instructors/x.py"}) == []
+    assert "instructors" not in (real_release / "README.md").read_text()
+
+
 README = """# Fake course
 
 Intro.
@@ -261,6 +340,7 @@ def test_homework_works_in_a_release(fake: Path, tmp_path: Path):
     shutil.copytree(fake / "step92_uses", dest / "step92_uses", dirs_exist_ok=True)
     [alone] = hw.execute([hw.plan("step92", dest, timeout=10, root=out)])
     assert alone["score"] == 0, "step92 must not pass on the stubbed step91 it builds on"
+    assert alone["tasks"][0]["needs"] == ["task91.add"], "the report names the earlier task to solve first"
     assert "imported from your copy" in alone["notes"][0]
 
     shutil.copytree(fake / "step91_fake", dest / "step91_fake", dirs_exist_ok=True)
