@@ -143,7 +143,7 @@ def _hash_hit(a: list[int], b: list[int], block_size: int = 16) -> int:
 
 def _long_on_the_gpu() -> tuple[int, int]:
     """Chapter 6's `long` workload: (prompt tokens, tokens a warm request computes past its cached blocks)."""
-    from step06_triton.e2e import workload
+    from step06_triton.measure.engine import workload
 
     prompts, _ = workload("long", SMOLLM2_135M["vocab_size"])
     shared = next(i for i, (x, y) in enumerate(zip(prompts[0], prompts[1])) if x != y)
@@ -582,7 +582,7 @@ def test_step06_q1_intensity_and_ridge():
 
 
 def test_step06_q2_splitting_a_ragged_batch():
-    from step06_triton.bench import RAGGED, ragged_lengths
+    from step06_triton.measure.kernels import RAGGED, ragged_lengths
     from step06_triton.decode_attention import DECODE_TILE, FILL_PER_SM, MIN_SPLIT_LEN, PROGRAMS_PER_SM, split_plan_host
 
     res = _h200()["kernels"]
