@@ -140,7 +140,7 @@ def test_fp8_store_rejects_missing_or_misshapen_scales():
 
 # ---- decode, extend and cascade over the bytes and their scales ------------------------------------------------
 @pytest.mark.parametrize("scales", ["token", "head", "layer"])
-@pytest.mark.parametrize("block_size,group", [(1, 3), (16, 1), (4, 4)])
+@pytest.mark.parametrize("block_size,group", [(1, 3), (16, 4)])
 def test_decode_and_extend_read_fp8_as_the_torch_path_dequantizes_it(scales, block_size, group):
     lengths, q_lens = [1, 16, 37], [1, 9, 20]
     pool = FP8Pool(lengths, block_size, num_kv_heads=2, head_dim=64, seed=group, scales=scales)
@@ -185,10 +185,11 @@ def model():
     return tiny_model(seed=7, num_heads=6, num_kv_heads=2).to(DEVICE)
 
 
-@pytest.mark.parametrize("design,block_size,cascade", [("none", 4, False), ("hash", 4, False), ("radix", 1, False),
-                                                       ("bridge", 4, True)])
+@pytest.mark.parametrize("design,block_size,cascade", [("bridge", 4, True)])
 def test_the_kernels_give_the_torch_paths_fp8_tokens(model, design, block_size, cascade):
-    prompts, params = shared_prompts(4, seed=3, stem=40) + [[5]], SamplingParams(max_new_tokens=5)
+    """Chunks, round 2's prefix hits and cascade decode over fp8 prefixes give the torch path's tokens (every design
+    gives the same fp8 tokens on the torch path: tests/step02/test_fp8_pool.py)."""
+    prompts, params = shared_prompts(3, seed=3, stem=40) + [[5]], SamplingParams(max_new_tokens=4)
     outs = {}
     for backend in ("torch", "triton"):
         options = dict(cascade=True, cascade_min_tokens=4, cascade_min_seqs=2) if backend == "triton" and cascade \
