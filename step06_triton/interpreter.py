@@ -7,8 +7,8 @@ imports triton: `python -m step06_triton`, the notebook's first cell and the tes
 
 One conversion is fixed on the way. The interpreter reads float8_e4m3 exactly (every one of its 256 values), but
 rounds to it wrongly (Triton 3.9): it adds the first dropped bit to the 3-bit mantissa without carrying it into
-the exponent, so a value whose mantissa rounds over loses half its size when the exponent is odd (500 becomes
-256), a tie rounds up instead of to even, and a value beyond 448 becomes NaN. The GPU rounds to nearest even and
+the exponent, so a value whose mantissa rounds over loses half its size when its exponent field is odd (7.9 becomes
+4), a tie rounds up instead of to even, and a value beyond 448 becomes NaN. The GPU rounds to nearest even and
 saturates (`cvt.rn.satfinite.e4m3x2.f32`), as PyTorch's conversion does; `use_interpreter_without_gpu` routes that
 one conversion through PyTorch, so that the FP8 store kernel can be checked on a CPU byte for byte.
 """
@@ -50,4 +50,5 @@ def round_to_fp8_as_the_gpu_does() -> None:
         return x.float().clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
 
     to_e4m3.rounds_like_the_gpu = True
+    to_e4m3.stock = convert  # Triton's own, for the test that says what it gets wrong
     interpreter._convert_float = to_e4m3

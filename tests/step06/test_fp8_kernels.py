@@ -9,6 +9,8 @@ PyTorch's, and the first test checks it over every fp16 value. On a GPU the same
 conversion (`cvt.rn.satfinite`)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import triton
@@ -49,6 +51,21 @@ def test_the_kernels_round_to_e4m3_as_torch_does():
         _to_fp8_kernel[(x.numel() // 1024,)](x.to(DEVICE), got, N=1024)
         want = x.float().clamp(-FP8_MAX, FP8_MAX).to(FP8)
         assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8)), x.dtype
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the interpreter's own conversion (compiled kernels do not use it)")
+def test_the_stock_interpreter_rounds_to_e4m3_wrongly():
+    """What interpreter.py works around, as the lesson states it. If this fails, Triton fixed its interpreter: drop
+    `round_to_fp8_as_the_gpu_does` and the lesson's paragraph."""
+    import numpy as np
+    from triton.runtime import interpreter
+
+    stock = interpreter._convert_float.stock
+    x = np.array([7.9, 17.0, 464.0], dtype=np.float32)
+    got = stock(x, tl.float32, tl.float8e4nv, interpreter._ir.ROUNDING_MODE.RTNE)
+    got = torch.from_numpy(np.ascontiguousarray(got).view(np.uint8)).view(FP8).float().tolist()
+    assert got[:2] == [4.0, 18.0] and math.isnan(got[2]), "7.9 -> 4 (no carry), 17 -> 18 (a tie rounded up), NaN"
+    assert torch.tensor([7.9, 17.0, 464.0]).to(FP8).float().tolist() == [8.0, 16.0, 448.0], "what is right"
 
 
 class FP8Pool(Pool):
