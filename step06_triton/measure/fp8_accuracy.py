@@ -222,7 +222,7 @@ def bench(args) -> dict:
     """The course bench's entry (registered by bench.py): `--workload fp8`, `--max-new-tokens` (default 64)."""
     from course.pretrained import load_model, load_tokenizer
 
-    if args.workload != "fp8":
+    if args.workload not in (None, "fp8"):
         raise ValueError(f"chapter 6's CPU bench has one workload, fp8 (got {args.workload!r}); the kernels' "
                          "benches need a GPU: python -m step06_triton.bench / step06_triton.fp8_bench")
     return fp8_accuracy(load_model(args.model), load_tokenizer(args.model), args.max_new_tokens or NEW_TOKENS)
