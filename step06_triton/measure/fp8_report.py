@@ -43,8 +43,8 @@ def tradeoff(acc: dict) -> list[str]:
     pools = f["capacity"]["smollm2_135m"]["pools"]
     rows = [["fp32 (the reference)", "-", f"{pools['fp32']['bytes_per_block']:,}", "-",
              f["perplexity_text"]["fp32"], "-", "-", f"{f['requests']} / {f['requests']}", "-"],
-            ["bf16 (a GPU's cache)", "-", f"{pools['bf16']['bytes_per_block']:,}", "1x", "not measured", "", "", "",
-             ""]]
+            ["bf16 (a GPU's pool; bytes only)", "-", f"{pools['bf16']['bytes_per_block']:,}", "1x", "-", "-", "-", "-",
+             "-"]]
     for name, (scales, pool) in POOLS.items():
         v = f["variants"][name]
         first = "-" if v["first_divergence_median"] is None else v["first_divergence_median"]
