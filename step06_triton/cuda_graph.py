@@ -154,7 +154,7 @@ class CUDAGraphRunner(ModelRunner):
             static.flat.copy_(md.flat)
         elif kind == "extend":  # the chunk padded to `size` rows: the context grows by padding no real row sees
             self.seq_lens[:1].copy_(batch.seq_lens + (size - n))
-            self.query_start_loc[1] = size
+            self.query_start_loc[1:].fill_(size)  # a kernel: setting an item from the host would wait for the GPU
         if self.timings is None:
             self.graphs[kind, size].replay()
         else:

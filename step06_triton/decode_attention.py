@@ -179,8 +179,8 @@ def _decode_split_kernel(
                                        fill_programs, H_KV, BLOCK_N)
     if split >= num_splits:  # the grid is sized for the longest context it may see
         return
-    first = 0  # the keys are positions first .. first + seq_len - 1
-    base = 0  # this sequence's splits fill merge slots base .. base + num_splits - 1
+    first = tl.full([], 0, tl.int32)  # the keys are positions first .. first + seq_len - 1
+    base = tl.full([], 0, tl.int32)  # this sequence's splits fill merge slots base .. base + num_splits - 1
     if SUFFIX:  # cascade attention read the shared prefix: this pass reads the rest, and adds its slots after
         first = tl.load(kv_start_ptr + b).to(tl.int32)
         base = tl.load(slot_base_ptr + b).to(tl.int32)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from course.report import met, table
 
+from .cascade import goals
+
 RESULTS = Path(__file__).parent.parent / "results"
 SHAPES = {"llama_3_2_1b": "a Llama-3.2-1B layer (32/8 x 64)", "smollm2_135m": "SmolLM2-135M (9/3 x 64)",
           "smollm2_135m_two_prompts": "SmolLM2-135M, two prompts of 4,096"}
@@ -61,7 +63,8 @@ def tables(res: dict | None) -> str:
                   "the decode phase, and tokens/s over the whole run, prefill included:", ""]
         lines += table(["model", "workload", "engine", "decode tokens/s", "vs no cascade", "ms per decode step",
                         "tokens/s, whole run"], engine_rows) + [""]
-    if res.get("goals"):
-        lines += table(["target", "measured", "verdict"],
-                       [[g["goal"], g["measured"], met(g["met"])] for g in res["goals"]]) + [""]
+    rows = goals(res)
+    if rows:
+        lines += table(["target", "measured", "verdict"], [[g["goal"], g["measured"], met(g["met"])] for g in rows])
+        lines += [""]
     return "\n".join(lines)

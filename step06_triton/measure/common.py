@@ -3,6 +3,7 @@ checks, random models of the course's shapes, the machine, and a runner that wri
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import sys
 import time
@@ -98,11 +99,12 @@ def random_model(shape: dict, dtype: torch.dtype, device: str = "cuda", seed: in
 
 
 def machine() -> dict:
-    """The host (course.results.machine) and the GPU."""
+    """The host (course.results.machine), the GPU and the day."""
     import triton
     props = torch.cuda.get_device_properties(0)
     return dict(host_machine(), gpu=props.name, sms=props.multi_processor_count,
-                gpu_memory_gib=round(props.total_memory / 2**30, 1), triton=triton.__version__)
+                gpu_memory_gib=round(props.total_memory / 2**30, 1), triton=triton.__version__,
+                date=datetime.date.today().isoformat())
 
 
 class Parts:

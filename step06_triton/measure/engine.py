@@ -153,10 +153,15 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     graph_model = sync.runner
     size = max(b for b in graph_model.decode_sizes if b <= len(prompts))
     graph = graph_model.graphs["decode", size]
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:  # counts, not times
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
-    kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = len(launched)
+    by_name: dict[str, list[float]] = {}  # the profile of one step: which kernels, how many, how long (µs)
+    for e in launched:
+        by_name.setdefault(e.name[:60], []).append(e.device_time)
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:14]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(30):
@@ -170,7 +175,9 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     context = int(graph_model.seq_lens[:size].sum())
     kv_bytes = context * model.config.kv_bytes_per_token(model.dtype.itemsize)
     bandwidth = copy_bandwidth()
-    out = dict(batch=size, kernels_per_step=kernels, gpu_us_per_step=round(median(times), 1),
+    out = dict(batch=size, kernels_per_step=kernels, kernels_per_layer=round(kernels / model.config.num_layers, 1),
+               kernel_profile=[[name, len(t), round(sum(t), 1)] for name, t in top],
+               gpu_us_per_step=round(median(times), 1),
                weight_bytes=weight_bytes, kv_bytes=kv_bytes, copy_tb_s=round(bandwidth / 1e12, 3),
                floor_us=round((weight_bytes + kv_bytes) / bandwidth * 1e6, 1))
     for name, engine in (("sync", sync), ("overlap", overlap)):

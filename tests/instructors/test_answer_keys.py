@@ -675,7 +675,46 @@ def test_step06_q9_the_warm_requests_floor():
          f"for a {new}-token chunk ({SMOLLM2_135M['num_heads']} programs per layer on {sms} SMs)")
 
 
-def test_step06_q10_fp8_bytes_and_rounding():
+def test_step06_q10_bytes_with_and_without_cascade():
+    cfg, layers = SMOLLM2_135M, SMOLLM2_135M["num_layers"]
+    per_layer = 2 * cfg["num_kv_heads"] * cfg["head_dim"] * torch.bfloat16.itemsize
+    per_token = per_layer * layers
+    batch, prefix, own = 256, 4096, 64
+    plain, cascade, two = batch * (prefix + own), prefix + batch * own, 2 * prefix + batch * own
+    group = cfg["num_heads"] // cfg["num_kv_heads"]
+    says("step06", 10, f"**{per_layer} bytes** per layer", f"**{per_token:,} bytes** over {layers} layers",
+         f"{batch} × ({prefix:,} + {own}) = **{plain:,} tokens**", f"**{plain * per_token / 1e9:.1f} GB** per step",
+         f"{prefix:,} + {batch} × {own} = **{cascade:,} tokens**", f"**{cascade * per_token / 1e9:.2f} GB**",
+         f"**{plain // cascade}x** fewer", f"{batch} × {group} queries", f"**{batch * group} FLOP/byte**",
+         f"decode's was `g` = {group}", "finds **0** common blocks", f"two groups of {batch // 2}",
+         f"2 × {prefix:,} + {batch} × {own} = **{two:,} tokens**", f"**{two * per_token / 1e9:.2f} GB**")
+    assert plain % cascade == 0 and prefix == 4096
+
+
+def test_step06_q11_a_short_chunk_splits_its_prefix():
+    from step06_triton.extend_attention import (
+        FILL_PER_SM,
+        LONG_CHUNK_TILE,
+        MIN_SPLIT_LEN,
+        SHORT_CHUNK_TILE,
+        extend_splits,
+    )
+
+    heads, sms, new, prefix = SMOLLM2_135M["num_heads"], 132, 38, 2080
+    block = SHORT_CHUNK_TILE[0]
+    programs = -(-new // block) * heads
+    splits = extend_splits(1, new, prefix, heads, block, sms)
+    long_blocks = 8192 // LONG_CHUNK_TILE[0]
+    says("step06", 11, f"1 block × {heads} heads × 1 sequence = **{programs} programs**",
+         f"walking {prefix + new:,} keys", f"below {FILL_PER_SM} programs per SM (**{FILL_PER_SM * sms}**)",
+         f"`min(⌈{FILL_PER_SM * sms} / {programs}⌉, ⌈{prefix:,} / {MIN_SPLIT_LEN}⌉, 16)` = **{splits} splits**",
+         f"**{splits * programs} programs**",
+         f"tiles of {LONG_CHUNK_TILE[0]} rows: {long_blocks} query blocks × {heads} heads = "
+         f"**{long_blocks * heads} programs**")
+    assert extend_splits(1, 8192, prefix, heads, LONG_CHUNK_TILE[0], sms) == 1
+
+
+def test_step06_q12_fp8_bytes_and_rounding():
     from step02_paged.fp8_pool import KVScales, dequantize, make_kv_pool, quantize, token_scales
     from step06_triton.measure.fp8_accuracy import LLAMA_3_8B
 
@@ -689,7 +728,7 @@ def test_step06_q10_fp8_bytes_and_rounding():
     bf16, fp8, static = sizes["smollm2"]
     scales = 2 * smollm2.num_layers * 16 * smollm2.num_kv_heads * 4
     per_gib = [2**30 // b for b in sizes["smollm2"]]
-    says("step06", 10, f"**{bf16:,} bytes** in bf16", f"**{fp8:,} bytes** ({static:,} of e4m3 and {scales:,} of fp32",
+    says("step06", 12, f"**{bf16:,} bytes** in bf16", f"**{fp8:,} bytes** ({static:,} of e4m3 and {scales:,} of fp32",
          f"static scales **{static:,} bytes**", *(f"**{n:,}**" for n in per_gib), "2,048 tokens takes 128 blocks",
          *(f"**{n * 16 // 2048}**" for n in per_gib), "**{:,}**, **{:,}** and **{:,} bytes**".format(*sizes["llama"]),
          "**{:,}**, **{:,}** and **{:,}** blocks per GiB".format(*(2**30 // b for b in sizes["llama"])),
@@ -701,14 +740,14 @@ def test_step06_q10_fp8_bytes_and_rounding():
     stored = quantize(row, s).float()[0]
     assert s.item() == pytest.approx(10 / 448) and stored[0] == 448 and round(scaled[1].item(), 1) == 134.4
     lost = lambda i: abs(back[i].item() / row[0, i].item() - 1)  # noqa: E731
-    says("step06", 10, "reads back as **10.0**", f"becomes {scaled[1]:.1f}", f"stored as {stored[1]:.0f}",
+    says("step06", 12, "reads back as **10.0**", f"becomes {scaled[1]:.1f}", f"stored as {stored[1]:.0f}",
          f"**{back[1]:.3f}**, **{lost(1):.1%}**", f"becomes {scaled[2]:.3f}, stored as {stored[2]:.4f}",
          f"**{back[2]:.6f}** (**{lost(2):.1%}**", f"−7.3 becomes −{-scaled[3]:.2f}, stored as −{-stored[3]:.0f}",
          f"**−{-back[3]:.3f}** (**{lost(3):.1%}**)", "(1.75 · 2^8)", "1/16 of 2^k", "and 256",
          f"over 448, {row.abs().max():g}/448")
     static_scale = torch.tensor([16 / 448])
     clipped = dequantize(quantize(torch.tensor([[24.0]]), static_scale), static_scale, torch.float32)
-    says("step06", 10, f"24 is {24 / static_scale.item():.0f} times", f"reads back as **{clipped.item():.0f}**",
+    says("step06", 12, f"24 is {24 / static_scale.item():.0f} times", f"reads back as **{clipped.item():.0f}**",
          "beyond 448", "step 3")
 
 
@@ -731,7 +770,7 @@ ALLOWED: dict[tuple[str, int], dict[str, str]] = {
     ("step05", 5): {"1": "`ref_count` ≥ 1"},
     ("step05", 6): {"0": "a hit rate near 0: when to bypass, not a figure"},
     ("step06", 3): {"1": "exp(0) = 1, and a denominator grown by 1", "2": "base 2, the kernel's exp2"},
-    ("step06", 10): {"4": "the bytes of one fp32 scale"},
+    ("step06", 12): {"4": "the bytes of one fp32 scale"},
 }
 
 
