@@ -279,10 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         parts.run(("extend", "store"), store_rows)
     if "capacity" in args.parts:
         parts.run(("capacity",), functools.partial(capacity, 1 if args.quick else 3))
-    parts.result["goals"] = goals(parts.result)
-    parts.save()
-    for g in parts.result["goals"]:
-        print(("MET   " if g["met"] else "MISSED"), g["goal"], g["measured"])
+    parts.finish(goals)
     return 0
 
 
