@@ -38,20 +38,25 @@ Rendered = tuple[str, dict[str, Draw]]  # a README block's markdown, {its plots'
 
 @dataclass(frozen=True)
 class ChapterReport:
-    """What a chapter registers: its README block, its row of the root README's table, its block's marker."""
+    """What a chapter registers: its README block, its row of the root README's table, its block's marker, and the
+    other marked blocks of its README that the data writes (`sections`: {(begin, end) marker: text}, e.g. measured
+    numbers inside the lesson's Theory)."""
 
     render: Callable[[], Rendered]
     headline: Callable[[], str]
     begin: str = BEGIN
+    sections: Callable[[], dict[tuple[str, str], str]] | None = None
 
 
 REPORTS: dict[str, ChapterReport] = {}
 
 
-def register(chapter: str, headline: Callable[[], str], begin: str = BEGIN):
-    """Decorates a chapter's `render()`; `headline()` is the chapter's one line in the root README."""
+def register(chapter: str, headline: Callable[[], str], begin: str = BEGIN,
+             sections: Callable[[], dict[tuple[str, str], str]] | None = None):
+    """Decorates a chapter's `render()`; `headline()` is the chapter's one line in the root README; `sections()`, its
+    README's other marked blocks."""
     def wrap(render: Callable[[], Rendered]) -> Callable[[], Rendered]:
-        REPORTS[chapter] = ChapterReport(render, headline, begin)
+        REPORTS[chapter] = ChapterReport(render, headline, begin, sections)
         return render
     return wrap
 
@@ -250,6 +255,8 @@ def publish(chapter: str, report: ChapterReport, text: str, plots: dict[str, Dra
     """Write a chapter's block into its README and draw its plots into its results/ folder."""
     folder = results.chapter_dir(chapter)
     write_block(folder / "README.md", text, report.begin)
+    for (begin, end), section in (report.sections() if report.sections else {}).items():
+        write_block(folder / "README.md", section, begin, end)
     for name, draw in plots.items():
         draw(folder / "results" / name)
 

@@ -26,6 +26,7 @@ from .block_table import BlockTable
 from .cache_manager import CacheManager
 from .config import EngineConfig
 from .forward_batch import ForwardBatch, decodes_first
+from .fp8_pool import make_kv_pool
 from .geometry import PoolGeometry, cdiv
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
@@ -80,7 +81,8 @@ class Engine:
                  runner: Callable[[Transformer, AttentionBackend, KVPool], ModelRunner] = ModelRunner) -> None:
         self.model, self.config, self.attention = model, config, attention
         geometry = config.geometry
-        self.pool = KVPool(model.config, geometry, model.dtype, model.device)
+        self.pool = make_kv_pool(model.config, geometry, config.kv_cache_dtype, model.dtype, model.device,
+                                 config.kv_scales)
         self.cache_manager = manager(geometry, self.pool)
         self.block_table = BlockTable(config.max_num_seqs, cdiv(model.config.max_position_embeddings,
                                                                 config.block_size), model.device)

@@ -46,6 +46,7 @@ from .decode_attention import (
     num_kv_splits,
     store_partial,
 )
+from .store_kvcache import kernel_scales
 
 PREFIX_TILE = {64: (64, 64, 4), 128: (64, 64, 4)}  # head_dim -> (BLOCK_M, BLOCK_N, num_warps) of the prefix pass
 PREFIX_PROGRAMS_PER_SM = 4  # the prefix's keys are split until the pass has about this many programs per SM
@@ -65,6 +66,7 @@ class CascadeGroup:
 def _cascade_prefix_kernel(
     q_ptr,  # [B, H_q, D] the decode rows' queries
     k_cache_ptr, v_cache_ptr,  # [num_slots, H_kv, D] one layer of the pool
+    k_scale_ptr, v_scale_ptr,  # an FP8 pool's scales (attend_tile, SCALE_SLOT / SCALE_HEAD); unused otherwise
     block_table_ptr,  # [B, max_blocks] the decode rows' block tables (a group's prefix: its leader's row)
     tile_group_ptr, tile_row_ptr,  # [T] each tile's group, and its first query row within the group
     group_leader_ptr, group_len_ptr, group_splits_ptr, group_split_len_ptr,  # [G] per group
@@ -73,7 +75,8 @@ def _cascade_prefix_kernel(
     mid_o_ptr, mid_lse_ptr,  # the merge slots (decode_attention.Partials); a group's splits fill slots 0..
     stride_q_b, stride_bt_b, num_slots, sm_scale_log2,
     H_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SCALE_SLOT: tl.constexpr,
+    SCALE_HEAD: tl.constexpr,
 ):
     kv_head = tl.program_id(0)
     tile_id = tl.program_id(1)
@@ -105,11 +108,13 @@ def _cascade_prefix_kernel(
     for tile in range(start, full_end, BLOCK_N):  # every query sees every prefix key: no mask
         m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, leader,
                                     stride_bt_b, kv_head, tile, end, end, sm_scale_log2, False, False, H_KV,
-                                    HEAD_DIM, BLOCK_SIZE, BLOCK_N, IEEE)
+                                    HEAD_DIM, BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT,
+                                    SCALE_HEAD)
     for tile in range(full_end, end, BLOCK_N):  # the split's last, partial tile
         m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, leader,
                                     stride_bt_b, kv_head, tile, end, end, sm_scale_log2, True, False, H_KV,
-                                    HEAD_DIM, BLOCK_SIZE, BLOCK_N, IEEE)
+                                    HEAD_DIM, BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT,
+                                    SCALE_HEAD)
     store_partial(mid_o_ptr, mid_lse_ptr, member * (H_KV * GROUP) + head, split, num_slots, m_i, l_i, acc, valid,
                   HEAD_DIM)
 
@@ -219,11 +224,13 @@ class CascadeMetadata:
 
 def cascade_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                              md: CascadeMetadata, out: torch.Tensor | None = None, *, num_warps: int | None = None,
-                             **tuning) -> torch.Tensor:
+                             kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None, **tuning) -> torch.Tensor:
     """Decode attention of rows q [B, H_q, D] over the pool, reading each group's shared prefix once: the prefix
     pass, the suffix pass (split-KV decode from each row's `kv_start`) and one merge. `md` from
-    `CascadeMetadata.build`; `tuning` goes to the suffix pass (`decode_splits`). Returns [B, H_q, D]."""
+    `CascadeMetadata.build`; `tuning` goes to the suffix pass (`decode_splits`); `kv_scales`, a float8_e4m3fn
+    pool's scales of the layer. Returns [B, H_q, D]."""
     out = check_decode_inputs(q, k_cache, v_cache, block_table, md.suffix_lens, out)
+    k_scale, v_scale, scale_slot, scale_head = kernel_scales(k_cache, kv_scales)
     B, Hq, D = q.shape
     if B == 0:
         return out
@@ -231,14 +238,14 @@ def cascade_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
     partials = Partials.empty(B, Hq, D, md.num_slots, q.device)
     if md.grid.groups:
         _cascade_prefix_kernel[(Hkv, md.grid.tiles, md.grid.prefix_splits)](
-            q, k_cache, v_cache, block_table, md.tile_group, md.tile_row, md.group_leader, md.group_len,
-            md.group_splits, md.group_split_len, md.group_start, md.group_size, md.members, md.num_tiles,
+            q, k_cache, v_cache, k_scale, v_scale, block_table, md.tile_group, md.tile_row, md.group_leader,
+            md.group_len, md.group_splits, md.group_split_len, md.group_start, md.group_size, md.members, md.num_tiles,
             partials.mid_o, partials.mid_lse, q.stride(0), block_table.stride(0), partials.num_slots,
             LOG2E / math.sqrt(D), H_KV=Hkv, GROUP=Hq // Hkv, HEAD_DIM=D, BLOCK_SIZE=block_size, BLOCK_M=md.block_m,
-            BLOCK_N=md.block_n, IEEE=q.dtype == torch.float32,
+            BLOCK_N=md.block_n, IEEE=q.dtype == torch.float32, SCALE_SLOT=scale_slot, SCALE_HEAD=scale_head,
             num_warps=num_warps or PREFIX_TILE.get(D, (64, 64, 4))[2])
     decode_splits(q, k_cache, v_cache, block_table, md.suffix_lens, md.grid.splits, out, partials, md.kv_start,
-                  md.slot_base, **tuning)
+                  md.slot_base, kv_scales=kv_scales, **tuning)
     merge_partials(partials, out)
     return out
 

@@ -36,6 +36,8 @@ import triton.language as tl
 
 from step02_paged.geometry import cdiv
 
+from .store_kvcache import kernel_scales
+
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the fast hardware instruction
 PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, so the last ends soon after the rest
 FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
@@ -55,15 +57,21 @@ def dot(a, b, acc, IEEE: tl.constexpr):
 @triton.jit
 def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, stride_bt_b, kv_head, tile, q_pos,
                 kv_len, sm_scale_log2, MASK_TAIL: tl.constexpr, CAUSAL: tl.constexpr, H_KV: tl.constexpr,
-                HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr):
+                HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+                k_scale_ptr, v_scale_ptr, SCALE_SLOT: tl.constexpr, SCALE_HEAD: tl.constexpr):
     """One online-softmax step for query rows q [M, HEAD_DIM] over the keys at positions tile .. tile + BLOCK_N - 1
     of sequence b, read through its block table. MASK_TAIL hides keys at or past kv_len (a partial last tile);
     CAUSAL also hides keys after each row's own position q_pos [M]. Without either, the caller promises every
-    key is visible. Returns the new (m_i, l_i, acc). Both attention kernels are loops over this function."""
+    key is visible. Returns the new (m_i, l_i, acc). Both attention kernels are loops over this function.
+
+    An FP8 pool (float8_e4m3fn) is dequantized as it is loaded: the scale of key row (slot, head) is at
+    `slot * SCALE_SLOT + kv_head * SCALE_HEAD` in k_scale_ptr / v_scale_ptr (a stride of 0 shares one scale: static
+    scales). Other pools ignore the scale arguments."""
     pos = tile + tl.arange(0, BLOCK_N)
     in_seq = pos < kv_len
     dims = tl.arange(0, HEAD_DIM)
-    # 1. Where the tile's tokens live: block table lookup, then row = block * BLOCK_SIZE + offset, in int64.
+    # 1. Where the tile's tokens live: block table lookup, then each key's `slot` = block * BLOCK_SIZE + offset (its
+    # row of the pool, in int64) and the K/V offsets of the tile's (key, dim) elements.
     # BEGIN SOLUTION task6.address points=2
     block = tl.load(block_table_ptr + b * stride_bt_b + pos // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
     slot = block * BLOCK_SIZE + pos % BLOCK_SIZE
@@ -77,7 +85,16 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
         v = tl.load(v_cache_ptr + kv_offs)
 
     # 2. Raw scores of every row against the tile; -inf where a key is hidden.
-    s = dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
+    if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
+        # An FP8 pool, a scale per key: every e4m3 value is exact in q's dtype. K's scales multiply the scores
+        # (q . (s k) = s (q . k): BLOCK_N products per row, not BLOCK_N x HEAD_DIM); V's tile is multiplied by its
+        # scales as loaded.
+        scale_at = slot * SCALE_SLOT + kv_head * SCALE_HEAD
+        s = dot(q, tl.trans(k.to(q.dtype)), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
+        s = s * tl.load(k_scale_ptr + scale_at)[None, :]
+        v = (v.to(tl.float32) * tl.load(v_scale_ptr + scale_at)[:, None]).to(q.dtype)
+    else:
+        s = dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
     if MASK_TAIL:
         s = tl.where(in_seq[None, :], s, float("-inf"))
     if CAUSAL:
@@ -139,6 +156,7 @@ def store_partial(mid_o_ptr, mid_lse_ptr, row, slot, num_slots, m_i, l_i, acc, v
 def _decode_split_kernel(
     q_ptr,  # [B, H_q, D]
     k_cache_ptr, v_cache_ptr,  # [num_slots, H_kv, D] one layer of the pool
+    k_scale_ptr, v_scale_ptr,  # an FP8 pool's scales (attend_tile, SCALE_SLOT / SCALE_HEAD); unused otherwise
     block_table_ptr,  # [B, max_blocks] int32/int64 physical block of each logical block
     seq_lens_ptr,  # [B] keys to read: the context including the new token (already stored)
     kv_start_ptr,  # [B] int32, with SUFFIX only: the position of the first key (the keys before it are read elsewhere)
@@ -151,6 +169,7 @@ def _decode_split_kernel(
     batch, max_splits, num_slots, min_split_len, target_programs, fill_programs, sm_scale_log2,
     H_KV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SUFFIX: tl.constexpr,
+    SCALE_SLOT: tl.constexpr, SCALE_HEAD: tl.constexpr,
 ):
     kv_head = tl.program_id(0)  # fastest-varying: the KV heads of the same tokens are read at the same time
     b = tl.program_id(1)
@@ -181,7 +200,7 @@ def _decode_split_kernel(
     for tile in range(start, end, BLOCK_N):  # the new token comes after every key: only the split's end masks
         m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, stride_bt_b,
                                     kv_head, tile, seq_len, end, sm_scale_log2, True, False, H_KV, HEAD_DIM,
-                                    BLOCK_SIZE, BLOCK_N, IEEE)
+                                    BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT, SCALE_HEAD)
 
     # 4. A sequence of one split and no earlier slot: the output itself (a context of 0 tokens gives 0, not NaN).
     # Otherwise the split's normalised output and its log2-sum-exp2 (every split has keys), for the merge.
@@ -299,28 +318,31 @@ def check_decode_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
 def decode_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                   seq_lens: torch.Tensor, max_splits: int, out: torch.Tensor, partials: Partials,
                   kv_start: torch.Tensor | None = None, slot_base: torch.Tensor | None = None, *,
-                  num_sms: int | None = None, min_split_len: int = MIN_SPLIT_LEN, block_n: int | None = None,
-                  num_warps: int | None = None, num_stages: int = 3) -> None:
+                  kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None, num_sms: int | None = None,
+                  min_split_len: int = MIN_SPLIT_LEN, block_n: int | None = None, num_warps: int | None = None,
+                  num_stages: int = 3) -> None:
     """Stage 1: every sequence's keys cut into splits by the launch rule, each split's partial result in a merge
     slot (or, for a sequence of one split and no slot before it, straight into `out`). With `kv_start` and
     `slot_base` (cascade's suffix pass) sequence b reads the `seq_lens[b]` keys from position `kv_start[b]` on,
-    and its splits take the slots from `slot_base[b]` on."""
+    and its splits take the slots from `slot_base[b]` on. A float8_e4m3fn pool takes its layer's `kv_scales`
+    (store_kvcache.py's `scale_layout`)."""
     B, Hq, D = q.shape
     _, block_size, Hkv, _ = k_cache.shape
     if not 1 <= max_splits <= MAX_SPLITS:
         raise ValueError(f"max_splits must be in 1..{MAX_SPLITS}, got {max_splits}")
     suffix = kv_start is not None
+    k_scale, v_scale, scale_slot, scale_head = kernel_scales(k_cache, kv_scales)
     sms = num_sms or _sm_count(q.device)
     tile_n, warps = DECODE_TILE.get(D, (64, 4))
     group = Hq // Hkv
     _decode_split_kernel[(Hkv, B, max_splits)](
-        q, k_cache, v_cache, block_table, seq_lens, kv_start if suffix else seq_lens,
+        q, k_cache, v_cache, k_scale, v_scale, block_table, seq_lens, kv_start if suffix else seq_lens,
         slot_base if suffix else seq_lens, out, partials.mid_o, partials.mid_lse, partials.num_splits,
         q.stride(0), out.stride(0), block_table.stride(0), B, max_splits, partials.num_slots, min_split_len,
         PROGRAMS_PER_SM * sms, FILL_PER_SM * sms, LOG2E / math.sqrt(D),
         H_KV=Hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=D,
         BLOCK_SIZE=block_size, BLOCK_N=block_n or tile_n, IEEE=q.dtype == torch.float32, SUFFIX=suffix,
-        num_warps=num_warps or warps, num_stages=num_stages)
+        SCALE_SLOT=scale_slot, SCALE_HEAD=scale_head, num_warps=num_warps or warps, num_stages=num_stages)
 
 
 def merge_partials(partials: Partials, out: torch.Tensor) -> None:
@@ -343,7 +365,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     in a CUDA graph and replayed with other `seq_lens`. `partials` (at least `max_splits` slots) lets a caller
     reuse one buffer for every layer of a step instead of allocating one per launch. `tuning` (`decode_splits`'s
     keywords): `num_sms` (default: the device's) and `min_split_len` set the rule; the tile and warp defaults
-    (`DECODE_TILE`) are the best of `measure/kernels.py --part sweep` on an H200."""
+    (`DECODE_TILE`) are the best of `measure/kernels.py --part sweep` on an H200; `kv_scales`, a float8_e4m3fn
+    pool's scales of the layer."""
     out = check_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, out)
     if max_splits is None:
         max_splits = num_kv_splits(block_table.shape[1] * k_cache.shape[1], tuning.get("min_split_len",

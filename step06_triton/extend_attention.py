@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from .decode_attention import LOG2E, Partials, _sm_count, attend_tile, merge_partials, store_partial
+from .store_kvcache import kernel_scales
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages), the best of `bench.py --part sweep` on an H200. 128-row tiles reuse
 # each K/V tile for twice the rows, but a chunk's last tile is half empty on average: they pay for long chunks.
@@ -46,6 +47,7 @@ MAX_SPLITS = 16
 def _extend_kernel(
     q_ptr,  # [T, H_q, D] the new tokens of every sequence, flat
     k_cache_ptr, v_cache_ptr,  # [num_slots, H_kv, D] one layer of the pool (new tokens already stored)
+    k_scale_ptr, v_scale_ptr,  # an FP8 pool's scales (attend_tile, SCALE_SLOT / SCALE_HEAD); unused otherwise
     block_table_ptr,  # [B, max_blocks]
     query_start_loc_ptr,  # [B + 1] first flat row of each sequence
     seq_lens_ptr,  # [B] cached + new tokens
@@ -54,6 +56,7 @@ def _extend_kernel(
     stride_q_t, stride_o_t, stride_bt_b, sm_scale_log2, min_split_len,
     H_Q: tl.constexpr, H_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SPLITS: tl.constexpr,
+    SCALE_SLOT: tl.constexpr, SCALE_HEAD: tl.constexpr,
 ):
     # the last query blocks see the most keys: start them first; the splits of one block are neighbours
     m_block = tl.num_programs(0) // SPLITS - 1 - tl.program_id(0) // SPLITS
@@ -92,20 +95,23 @@ def _extend_kernel(
         for tile in range(lo, hi, BLOCK_N):
             m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, stride_bt_b,
                                          kv_head, tile, q_pos, hi, sm_scale_log2, True, False, H_KV, HEAD_DIM,
-                                         BLOCK_SIZE, BLOCK_N, IEEE)
+                                         BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT,
+                                         SCALE_HEAD)
     if split == num_splits - 1:  # the last split (or the only one) takes the keys from `base` on, causally
         # Keys every row of this block sees (position <= the first row's): whole tiles, no mask.
         unmasked_end = base + (prefix_len - base + m_block * BLOCK_M + 1) // BLOCK_N * BLOCK_N
         for tile in range(base, unmasked_end, BLOCK_N):
             m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, stride_bt_b,
                                          kv_head, tile, q_pos, seq_len, sm_scale_log2, False, False, H_KV, HEAD_DIM,
-                                         BLOCK_SIZE, BLOCK_N, IEEE)
+                                         BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT,
+                                         SCALE_HEAD)
         # The diagonal tiles, up to the last row's position, with the causal mask.
         masked_end = tl.minimum(prefix_len + (m_block + 1) * BLOCK_M, seq_len)
         for tile in range(unmasked_end, masked_end, BLOCK_N):
             m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, stride_bt_b,
                                          kv_head, tile, q_pos, seq_len, sm_scale_log2, True, True, H_KV, HEAD_DIM,
-                                         BLOCK_SIZE, BLOCK_N, IEEE)
+                                         BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT,
+                                         SCALE_HEAD)
 
     if num_splits == 1:
         out = acc / l_i[:, None]  # every real row sees at least key 0, so l_i > 0
@@ -132,12 +138,13 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      query_start_loc: torch.Tensor, seq_lens: torch.Tensor, max_query_len: int,
                      out: torch.Tensor | None = None, block_m: int | None = None, block_n: int | None = None,
                      num_warps: int | None = None, num_stages: int | None = None, max_prefix_len: int | None = None,
-                     splits: int | None = None, min_split_len: int = MIN_SPLIT_LEN) -> torch.Tensor:
+                     splits: int | None = None, min_split_len: int = MIN_SPLIT_LEN,
+                     kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q [T, H_q, D] flat new tokens; query_start_loc [B + 1]; seq_lens [B] (cached + new, new K/V already
     stored); max_query_len: the longest q_len (sizes the grid without reading the GPU). Returns [T, H_q, D].
     The tile defaults depend on the average chunk, T / B: shapes only, no GPU read. `max_prefix_len` (a host
     integer; by default the block table's width) sets the split rule (`extend_splits`), or `splits` the grid's
-    split axis itself."""
+    split axis itself. A float8_e4m3fn pool takes its layer's `kv_scales` (store_kvcache.py's `scale_layout`)."""
     T, Hq, D = q.shape
     _, block_size, Hkv, Dk = k_cache.shape
     B = seq_lens.shape[0]
@@ -152,6 +159,7 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                          f"{tuple(block_table.shape)} do not match {B} sequences")
     if q.stride(-1) != 1 or q.stride(-2) != D or block_table.stride(-1) != 1:
         raise ValueError("q must be [T, H_q, D] with contiguous heads; block_table rows contiguous")
+    k_scale, v_scale, scale_slot, scale_head = kernel_scales(k_cache, kv_scales)
     out = torch.empty_like(q) if out is None else out
     if T == 0:
         return out
@@ -167,11 +175,12 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     num_splits = partials.num_splits if splits > 1 else torch.empty(T, dtype=torch.int32, device=q.device)
     num_splits.zero_()  # rows no program owns (a CUDA graph's padding, before its first replay) merge nothing
     grid = (triton.cdiv(max_query_len, block_m) * splits, Hq, B)
-    _extend_kernel[grid](q, k_cache, v_cache, block_table, query_start_loc, seq_lens, out, partials.mid_o,
+    _extend_kernel[grid](q, k_cache, v_cache, k_scale, v_scale, block_table, query_start_loc, seq_lens, out,
+                         partials.mid_o,
                          partials.mid_lse, num_splits, q.stride(0), out.stride(0), block_table.stride(0),
                          LOG2E / math.sqrt(D), min_split_len, H_Q=Hq, H_KV=Hkv, HEAD_DIM=D, BLOCK_SIZE=block_size,
                          BLOCK_M=block_m, BLOCK_N=block_n, IEEE=q.dtype == torch.float32, SPLITS=splits,
-                         num_warps=num_warps, num_stages=num_stages)
+                         SCALE_SLOT=scale_slot, SCALE_HEAD=scale_head, num_warps=num_warps, num_stages=num_stages)
     if splits > 1:
         merge_partials(partials, out)
     return out

@@ -4,14 +4,21 @@
 tiles of the context, and where each tile's tokens live in the pool through the block table. `cascade_dot` draws
 a decode step with cascade attention from a cache's real state: the tree nodes that running requests share, the
 prefix pass that reads each shared node's blocks once for all of them, each request's suffix pass, and the merge.
+`fp8_block_dot` draws the bytes of one block in bf16 and in the FP8 pool (one byte per element and a scale per token
+and head beside them), one layer of it to scale.
 """
 from __future__ import annotations
 
 import sys
 
+import torch
+
 from course.draw import Dot, word_ids, words
+from course.tiny import SMOLLM2_135M, tiny_config
+from step01_kvcache.config import ModelConfig
 from step01_kvcache.request import SamplingParams
 from step02_paged.cache_manager import CacheManager
+from step02_paged.fp8_pool import FP8_MAX, make_kv_pool
 from step02_paged.geometry import PoolGeometry, cdiv
 from step02_paged.pictures import CHATS, SYSTEM, run_step
 from step02_paged.sequence import Sequence
@@ -127,12 +134,61 @@ def cascade_dot(kv: CacheManager, seqs: list[Sequence], num_heads: int = 9, num_
     return dot.source()
 
 
+def _bar(cells: list[tuple[str, int, str]], points_per_byte: float, width: int) -> str:
+    """A row of an HTML-like table holding one bar `width` points wide: (label, bytes, colour) cells, each as wide as
+    its bytes, then blank."""
+    widths = [max(8, round(n * points_per_byte)) for _, n, _ in cells]
+    tds = "".join(f'<TD WIDTH="{w}" FIXEDSIZE="TRUE" HEIGHT="22" BGCOLOR="{color}"><FONT POINT-SIZE="9">{label}'
+                  "</FONT></TD>" for w, (label, _, color) in zip(widths, cells))
+    if width > sum(widths):
+        tds += f'<TD WIDTH="{width - sum(widths)}" FIXEDSIZE="TRUE" HEIGHT="22" BORDER="0"> </TD>'
+    return (f'<TR><TD BORDER="0"><TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="0">'
+            f"<TR>{tds}</TR></TABLE></TD></TR>")
+
+
+def fp8_block_dot(cfg: ModelConfig | None = None, block_size: int = 16, name: str = "fp8_block") -> str:
+    """One block of the pool in bf16 and in fp8 with a scale per token and head (sizes from chapter 2's pools'
+    `bytes_per_block`; SmolLM2's shape by default): one layer's K and V to scale, one token's head row, the block."""
+    cfg = cfg or tiny_config(**SMOLLM2_135M)
+    geo = PoolGeometry(1, block_size)
+    bf16 = make_kv_pool(cfg, geo, "auto", torch.bfloat16, "meta").bytes_per_block
+    fp8 = make_kv_pool(cfg, geo, "fp8_e4m3", torch.bfloat16, "meta").bytes_per_block
+    static = bf16 // 2  # static scales: one byte per element, a few scales per layer, none per block
+    h, d = cfg.num_kv_heads, cfg.head_dim
+    rows = block_size * h  # head rows of one layer's K (and of its V)
+    k16, k8, ks = rows * d * 2, rows * d, rows * 4  # bytes of one layer's K in bf16, in fp8, of its fp32 scales
+    per_byte = 300 / k16  # one layer's K in bf16 is 300 points wide
+    title = lambda text: f'<TR><TD BORDER="0" ALIGN="LEFT">{text}</TD></TR>'  # noqa: E731
+    table = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">'
+             + title(f"<B>bf16</B>: one layer of a {block_size}-token block ({block_size} tokens x {h} KV heads x "
+                     f"{d}), K and V to scale")
+             + _bar([(f"K {k16:,} B", k16, "#d2e3fc"), (f"V {k16:,} B", k16, "#ceead6")], per_byte, 600)
+             + title(f"<B>fp8 e4m3</B>: one byte per element, and an fp32 scale s per token and head ({ks} B "
+                     "per layer for K, as many for V)")
+             + _bar([(f"K {k8:,} B", k8, "#d2e3fc"), ("s", ks, "#fde293"), (f"V {k8:,} B", k8, "#ceead6"),
+                     ("s", ks, "#fde293")], per_byte, 600)
+             + "</TABLE>>")
+    dot = Dot(name, rankdir="TB", nodesep="0.2", ranksep="0.25")
+    dot.raw(f'"layer" [shape=plaintext, style="", label={table}];')
+    dot.node("row", f"one token's row of one head: {d} values x 2 B = {2 * d} B in bf16; in fp8 {d} bytes + its "
+             f"scale = {d + 4} B\ns = max|x| / {FP8_MAX:g};  stored q = e4m3(x / s);  read back x = s * q\n"
+             "the row's largest value is stored as 448 exactly, every other to within 1/16 of itself",
+             fillcolor="#fff8e1")
+    dot.node("block", f"the whole block, {cfg.num_layers} layers of K and V: bf16 {bf16:,} B, fp8 with scales per "
+             f"token and head {fp8:,} B\n{bf16 / fp8:.2f}x the blocks in the same bytes ({bf16 / static:.0f}x with "
+             f"static scales: {static:,} B)", fillcolor="white")
+    dot.edge("layer", "row", style="invis")
+    dot.edge("row", "block", style="invis")
+    return dot.source()
+
+
 def lesson_figures() -> dict[str, str]:
     """The README's example: 70 tokens in blocks of 16 scattered over a 10-block pool, a grid of 4 programs per
     KV head and 32-token tiles: three splits of one tile, and the fourth program returns at once."""
     return {"split_kv": split_kv_dot([7, 2, 9, 0, 5], seq_len=70, block_size=16, num_splits=4, block_n=32,
                                      num_blocks=10),
-            "cascade": cascade_dot(*cascade_scenario())}
+            "cascade": cascade_dot(*cascade_scenario()),
+            "fp8_block": fp8_block_dot()}
 
 
 if __name__ == "__main__":  # the chapter's figures alone: `python -m course figures` draws every chapter's

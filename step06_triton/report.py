@@ -6,7 +6,8 @@ step06_triton/results/h200.json`, `python -m step06_triton.measure.engine --out 
 and `python -m step06_triton.measure.cascade --out step06_triton/results/h200_cascade.json` wrote on the GPU.
 Prints the markdown that README.md shows between its
 `results` markers; `--write` also puts it there, with the launch rule's before / after between the `split-rule`
-markers of the Theory, and redraws results/roofline.svg.
+markers of the Theory and the FP8 cache's trade-off between its `fp8` markers (measure/fp8_report.py, from
+results/fp8.json and results/h200_fp8.json), and redraws results/roofline.svg.
 """
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from pathlib import Path
 from course import report as course_report
 from course.report import met
 
-from .measure import cascade_report, engine_report
+from .measure import cascade_report, engine_report, fp8_report
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
 BEGIN, END = "<!-- results:begin (python -m step06_triton.report --write) -->", "<!-- results:end -->"
 RULE = "<!-- split-rule:begin (python -m step06_triton.report --write) -->", "<!-- split-rule:end -->"
+FP8 = "<!-- fp8:begin (python -m course report --write) -->", "<!-- fp8:end -->"
 COLORS = {"triton": "tab:red", "gather": "tab:orange", "flex": "tab:blue", "contiguous": "tab:green"}
 
 
@@ -195,12 +197,18 @@ def headline() -> str:
 
 
 def block(res: dict, engine: dict) -> str:
-    """The README's results block: the kernels' tables, then the engine's, then cascade attention's."""
+    """The README's results block: the kernels' tables, then the engine's, cascade attention's, the FP8 cache's."""
     cascade = cascade_report.tables(cascade_report.load())
-    return tables(res) + "\n" + engine_report.tables(engine) + "\n" + cascade + "\n"
+    fp8 = fp8_report.tables(fp8_report.load_gpu())
+    return tables(res) + "\n" + engine_report.tables(engine) + "\n" + cascade + "\n" + fp8 + "\n"
 
 
-@course_report.register("step06", headline, BEGIN)
+def sections() -> dict[tuple[str, str], str]:
+    """The README's other measured blocks: the launch rule's before / after, the FP8 cache's trade-off (Theory)."""
+    return {RULE: split_rule(load()), FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu())}
+
+
+@course_report.register("step06", headline, BEGIN, sections)
 def render() -> course_report.Rendered:
     """The README's block, its roofline plot and the engine's timeline, for `python -m course report`."""
     res, engine = load(), engine_report.load()
@@ -221,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.write:
         course_report.write_block(README, text, BEGIN, END)
-        course_report.write_block(README, split_rule(res), *RULE)
+        for markers, section in sections().items():
+            course_report.write_block(README, section, *markers)
         plot(res)
         engine_report.plot_timeline(engine, RESULTS / "timeline.svg")
     return 0

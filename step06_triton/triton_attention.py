@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from step02_paged.forward_batch import ForwardBatch
+from step02_paged.fp8_pool import FP8KVPool
 from step02_paged.kv_pool import KVPool
 
 from .cascade import CascadeBatch, CascadeGroup, CascadeMetadata, cascade_decode_attention
@@ -51,6 +52,12 @@ class TritonMetadata:
                    max(batch.num_computed[d:], default=0))
 
 
+def layer_scales(pool: KVPool, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """An FP8 pool's scales of one layer (k_scale, v_scale: per token and head, or static), for the kernels; None
+    for a pool in the model's dtype."""
+    return (pool.k_scale[layer], pool.v_scale[layer]) if isinstance(pool, FP8KVPool) else None
+
+
 class TritonPagedAttention:
     """A KVStore (see step01_kvcache.attention) over a KVPool, computed by the Triton kernels."""
 
@@ -65,20 +72,22 @@ class TritonPagedAttention:
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         md, k_cache, v_cache = self.md, self.pool.k[layer], self.pool.v[layer]
-        store_kvcache(k, v, k_cache, v_cache, md.slot_mapping)
+        scales = layer_scales(self.pool, layer)
+        store_kvcache(k, v, k_cache, v_cache, md.slot_mapping, scales)
         out = torch.empty_like(q)
         d = md.num_decodes
         if d and (md.cascade or self.cascade is not None):
             if self.cascade is None:  # one build per step, on the host, in one copy; every layer reads it
                 self.cascade = CascadeMetadata.build(md.cascade, md.decode_lens, q.shape[1], k.shape[1], q.shape[2],
                                                      q.device)
-            cascade_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], self.cascade, out=out[:d])
+            cascade_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], self.cascade, out=out[:d],
+                                     kv_scales=scales)
         elif d:
             if self.partials is None:
                 self.partials = Partials.empty(d, q.shape[1], q.shape[2], md.max_splits, q.device)
             paged_decode_attention(q[:d], k_cache, v_cache, md.block_table[:d], md.seq_lens[:d], md.max_splits,
-                                   out=out[:d], partials=self.partials)
+                                   out=out[:d], partials=self.partials, kv_scales=scales)
         if d < q.shape[0]:
             extend_attention(q[d:], k_cache, v_cache, md.block_table[d:], md.query_start_loc, md.seq_lens[d:],
-                             md.max_query_len, out=out[d:], max_prefix_len=md.max_prefix_len)
+                             md.max_query_len, out=out[d:], max_prefix_len=md.max_prefix_len, kv_scales=scales)
         return out.view(q.shape[0], -1)

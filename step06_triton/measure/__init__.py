@@ -6,6 +6,10 @@ reference, then writes JSON under step06_triton/results/ that report.py turns in
   (`python -m step06_triton.measure.engine`);
 - `cascade.py` — cascade attention: one layer's decode attention, and the engine, with and without it
   (`python -m step06_triton.measure.cascade`);
+- `fp8.py` — an FP8 KV cache on the GPU: ragged decode and extend over an FP8 pool, and the capacity it buys
+  (`python -m step06_triton.measure.fp8`);
+- `fp8_accuracy.py` — the FP8 cache's accuracy on the real model, on a CPU (`python -m course bench step06
+  --workload fp8`, registered by step06_triton/bench.py);
 - `common.py` — what they share: timing, the card's ceilings, random models of the course's shapes.
 Importing them needs no GPU; running them does.
 """

@@ -320,10 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     for part, shape in (("engine_1b", "llama_3_2_1b"), ("engine_smollm2", "smollm2_135m")):
         if part in args.parts:
             parts.run((part,), functools.partial(engine_runs, shape, args.quick))
-    parts.result["goals"] = goals(parts.result)
-    parts.save()
-    for g in parts.result["goals"]:
-        print(("MET   " if g["met"] else "MISSED"), g["goal"], g["measured"])
+    parts.finish(goals)
     return 0
 
 

@@ -133,6 +133,13 @@ class Parts:
         torch.cuda.empty_cache()
         return node[key[-1]]
 
+    def finish(self, goals: Callable[[dict], list[dict]]) -> None:
+        """The targets judged on whatever parts ran (JSON key `goals`), written, and printed met or missed."""
+        self.result["goals"] = goals(self.result)
+        self.save()
+        for g in self.result["goals"]:
+            print(("MET   " if g["met"] else "MISSED"), g["goal"], g["measured"])
+
     def save(self) -> None:
         self.result["duration_s"] = round(time.perf_counter() - self.t0, 1)
         if self.out:

@@ -26,6 +26,8 @@ def test_chapter_block_is_the_reports_output(chapter):
     readme = (results.chapter_dir(chapter) / "README.md").read_text()
     text, plots = REPORTS[chapter].render()
     assert report.readme_block(readme, REPORTS[chapter].begin) == text, f"{chapter}'s README results block {STALE}"
+    for (begin, end), section in (REPORTS[chapter].sections() if REPORTS[chapter].sections else {}).items():
+        assert report.readme_block(readme, begin, end) == section, f"{chapter}'s README block {begin} {STALE}"
     for name in plots:
         assert f"](results/{name})" in readme, f"{chapter}: plot {name} is drawn but not shown"
         assert (results.chapter_dir(chapter) / "results" / name).is_file(), f"results/{name} {STALE}"

@@ -721,6 +721,43 @@ def test_step06_q11_a_short_chunk_splits_its_prefix():
     assert extend_splits(1, 8192, prefix, heads, LONG_CHUNK_TILE[0], sms) == 1
 
 
+def test_step06_q12_fp8_bytes_and_rounding():
+    from step02_paged.fp8_pool import KVScales, dequantize, make_kv_pool, quantize, token_scales
+    from step06_triton.measure.fp8_accuracy import LLAMA_3_8B
+
+    smollm2 = ModelConfig(**SMOLLM2_135M)
+    sizes = {}
+    for name, cfg in (("smollm2", smollm2), ("llama", LLAMA_3_8B)):
+        pools = (dict(kv_cache_dtype="auto"), dict(kv_cache_dtype="fp8_e4m3"),
+                 dict(kv_cache_dtype="fp8_e4m3", kv_scales=KVScales.uniform(cfg.num_layers)))
+        sizes[name] = [make_kv_pool(cfg, PoolGeometry(1, 16), dtype=torch.bfloat16, device="meta", **p).bytes_per_block
+                       for p in pools]
+    bf16, fp8, static = sizes["smollm2"]
+    scales = 2 * smollm2.num_layers * 16 * smollm2.num_kv_heads * 4
+    per_gib = [2**30 // b for b in sizes["smollm2"]]
+    says("step06", 12, f"**{bf16:,} bytes** in bf16", f"**{fp8:,} bytes** ({static:,} of e4m3 and {scales:,} of fp32",
+         f"static scales **{static:,} bytes**", *(f"**{n:,}**" for n in per_gib), "2,048 tokens takes 128 blocks",
+         *(f"**{n * 16 // 2048}**" for n in per_gib), "**{:,}**, **{:,}** and **{:,} bytes**".format(*sizes["llama"]),
+         "**{:,}**, **{:,}** and **{:,}** blocks per GiB".format(*(2**30 // b for b in sizes["llama"])),
+         f"**{4 / 64:.2%}**", f"**{4 / 128:.3%}**")
+    row = torch.zeros(1, 64)
+    row[0, :4] = torch.tensor([10.0, 3.0, 0.01, -7.3])
+    s = token_scales(row)
+    back, scaled = dequantize(quantize(row, s), s, torch.float32)[0], (row / s[..., None])[0]
+    stored = quantize(row, s).float()[0]
+    assert s.item() == pytest.approx(10 / 448) and stored[0] == 448 and round(scaled[1].item(), 1) == 134.4
+    lost = lambda i: abs(back[i].item() / row[0, i].item() - 1)  # noqa: E731
+    says("step06", 12, "reads back as **10.0**", f"becomes {scaled[1]:.1f}", f"stored as {stored[1]:.0f}",
+         f"**{back[1]:.3f}**, **{lost(1):.1%}**", f"becomes {scaled[2]:.3f}, stored as {stored[2]:.4f}",
+         f"**{back[2]:.6f}** (**{lost(2):.1%}**", f"−7.3 becomes −{-scaled[3]:.2f}, stored as −{-stored[3]:.0f}",
+         f"**−{-back[3]:.3f}** (**{lost(3):.1%}**)", "(1.75 · 2^8)", "1/16 of 2^k", "and 256",
+         f"over 448, {row.abs().max():g}/448")
+    static_scale = torch.tensor([16 / 448])
+    clipped = dequantize(quantize(torch.tensor([[24.0]]), static_scale), static_scale, torch.float32)
+    says("step06", 12, f"24 is {24 / static_scale.item():.0f} times", f"reads back as **{clipped.item():.0f}**",
+         "beyond 448", "step 3")
+
+
 # ---------------------------------------------------------------- the audit: keep it last
 
 
@@ -740,6 +777,7 @@ ALLOWED: dict[tuple[str, int], dict[str, str]] = {
     ("step05", 5): {"1": "`ref_count` ≥ 1"},
     ("step05", 6): {"0": "a hit rate near 0: when to bypass, not a figure"},
     ("step06", 3): {"1": "exp(0) = 1, and a denominator grown by 1", "2": "base 2, the kernel's exp2"},
+    ("step06", 12): {"4": "the bytes of one fp32 scale"},
 }
 
 

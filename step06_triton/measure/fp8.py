@@ -1,0 +1,287 @@
+"""`python -m step06_triton.measure.fp8 [--out FILE] [--parts ...] [--quick]`: an FP8 KV cache on a GPU, against the
+bf16 pool it replaces, each part checked against a reference before it is timed.
+
+- `identity`: fp32, SmolLM2's shape, random weights, an fp8 pool (scales per token and head): the greedy tokens of
+  the engine on the kernels (eager; CUDA graphs, fused, overlapped; cascade) equal the torch path's, request by
+  request (the compiled e4m3 conversion, `cvt.rn.satfinite`, against PyTorch's);
+- `decode`: the ragged batch of measure/kernels.py (64 contexts drawn from 1..8192, blocks of 16 scattered over a
+  pool twice the size needed), 32 query / 8 KV heads x 128 (a Llama-3-8B layer) and 9 / 3 x 64 (SmolLM2), bf16
+  queries; the same K/V in a bf16 pool, in an fp8 pool with a scale per token and head (the course's) and with one
+  static scale per layer: tokens of context read per second, bytes read per second (K/V with their scales, q, the
+  output) and a device copy of the same bytes; a few decode tiles for the fp8 pool;
+- `extend`: prefill after a cached prefix over a bf16 and an fp8 pool (4 x (4,096 cached + 2,048 new), and the
+  ragged prefill of measure/kernels.py), TFLOP/s over the visible query-key pairs; the store kernel, GB/s;
+- `capacity`: one KV byte budget for a bf16 and an fp8 pool, SmolLM2's shape, random weights, bf16: 64 requests of
+  256..1,024 prompt tokens and 256 new tokens all at once through the course's GPU engine (chapter 5's bridge, CUDA
+  graphs, fused, overlapped); the budget is 65% of what the bf16 pool needs to hold every request at once, so bf16
+  preempts and fp8 (1.88x the blocks) does not. Preemptions, tokens/s, p50 / p99 request latency and time to first
+  token, three interleaved rounds, each contender's median round.
+Writes the JSON after every part (a part that fails is reported in it and the others still run).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from course.bench import p99
+from course.tiny import SMOLLM2_135M
+from step01_kvcache.request import SamplingParams
+from step02_paged.fp8_pool import FP8, dequantize, make_kv_pool, quantize, token_scales
+from step02_paged.geometry import PoolGeometry, cdiv
+
+from ..decode_attention import num_kv_splits, paged_decode_attention
+from ..engine import make_engine
+from ..extend_attention import extend_attention
+from ..store_kvcache import store_kvcache
+from .common import Parts, checked, copy_bandwidth, exact_fp32, median_ms, needs_gpu, random_model
+from .engine import workload
+from .kernels import (
+    HEADS,
+    LLAMA,
+    PREFILL_SHAPE,
+    RAGGED,
+    context_slots,
+    extend_inputs,
+    gather_kv,
+    key_mask,
+    paged_pool,
+    ragged_lengths,
+    ragged_prefill_shape,
+)
+
+DEVICE = "cuda"
+BLOCK = 16
+CAPACITY = dict(requests=64, prompt=(256, 1024), new_tokens=256, budget_of_bf16_need=0.65, seed=5)
+FP8_TILES = ((64, 4), (128, 4), (128, 8))  # decode (BLOCK_N, num_warps) tried on the fp8 pool
+TARGETS = dict(decode_tokens_ratio=1.8)
+
+
+def fp8_pools(k: torch.Tensor, v: torch.Tensor) -> dict[str, tuple]:
+    """The same K/V as the three pools a kernel can read: (k, v, kv_scales, the values the kernel should see)."""
+    out = {"bf16": (k, v, None, k.float(), v.float())}
+    for name, scale in (("fp8_token", token_scales), ("fp8_static", lambda x: x.float().abs().amax().view(1) / 448)):
+        ks, vs = scale(k).contiguous(), scale(v).contiguous()
+        k8, v8 = quantize(k, ks), quantize(v, vs)
+        out[name] = (k8, v8, (ks, vs), dequantize(k8, ks, torch.float32), dequantize(v8, vs, torch.float32))
+    return out
+
+
+def kv_bytes(tokens: int, hkv: int, d: int, pool: str) -> int:
+    """K/V bytes a decode reads for `tokens` tokens of context: 2 bytes per element in bf16, 1 in fp8, plus 4 per
+    token and head for the scales of the per-token pool."""
+    per_row = {"bf16": 2 * d, "fp8_token": d + 4, "fp8_static": d}[pool]
+    return 2 * tokens * hkv * per_row
+
+
+def decode_rows(heads: str) -> dict:
+    """Ragged decode over the bf16 and the fp8 pools of the same K/V: each checked against an fp32 reference over
+    the values its pool holds, then timed (CUDA-graph replay)."""
+    hq, hkv, d = HEADS[heads]
+    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
+    k, v, table = paged_pool(lengths, BLOCK, hkv, d, spare=2.0)
+    q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
+    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+    slots, mask, splits = context_slots(table, lengths, BLOCK), key_mask(lengths), num_kv_splits(max(lengths))
+    tokens = sum(lengths)
+    out: dict = dict(heads=heads, batch=len(lengths), total_tokens=tokens, max_context=max(lengths), block_size=BLOCK)
+    for name, (kc, vc, scales, kf, vf) in fp8_pools(k, v).items():
+        gk, gv = gather_kv(kf, vf, slots)
+        ref = F.scaled_dot_product_attention(q.float().unsqueeze(2), gk.transpose(1, 2), gv.transpose(1, 2),
+                                             attn_mask=mask, enable_gqa=True).squeeze(2)
+        del gk, gv
+        run = functools.partial(paged_decode_attention, q, kc, vc, table, seq_lens, splits, kv_scales=scales)
+        row = dict(rel_err=checked(run(), ref, f"decode {heads} {name}"))
+        nbytes = kv_bytes(tokens, hkv, d, name) + 2 * q.nbytes
+        ms = median_ms(run)
+        row.update(ms=round(ms, 4), bytes=nbytes, context_tokens_per_s=round(tokens / ms * 1e3),
+                   tb_s=round(nbytes / ms / 1e9, 3), copy_tb_s=round(copy_bandwidth(nbytes) / 1e12, 3))
+        if name == "fp8_token":
+            row["tiles"] = []
+            for block_n, warps in FP8_TILES:
+                tile = functools.partial(run, block_n=block_n, num_warps=warps)
+                checked(tile(), ref, f"decode {heads} {name} tile {block_n}x{warps}")
+                row["tiles"].append(dict(block_n=block_n, warps=warps,
+                                         context_tokens_per_s=round(tokens / median_ms(tile) * 1e3)))
+        out[name] = row
+        del kc, vc
+        torch.cuda.empty_cache()
+    for name in ("fp8_token", "fp8_static"):
+        out[name]["tokens_vs_bf16"] = round(out[name]["context_tokens_per_s"] / out["bf16"]["context_tokens_per_s"], 3)
+    return out
+
+
+def extend_rows(prefixes: list[int], news: list[int]) -> dict:
+    """Prefill after a cached prefix, bf16 and fp8 pools of the same K/V, each checked against fp32 SDPA over the
+    values its pool holds (first sequence; a uniform batch's are all alike)."""
+    x = extend_inputs(prefixes, news, BLOCK)
+    q, table, qsl, seq_lens, ctx = x["q"], x["table"], x["qsl"], x["seq_lens"], x["ctx"]
+    n, c = news[0], ctx[0]
+    visible = torch.arange(c, device=DEVICE)[None, :] <= (c - n + torch.arange(n, device=DEVICE))[:, None]
+    out: dict = dict(batch=len(news), prefixes=prefixes, news=news, flops=x["flops"])
+    for name, (kc, vc, scales, kf, vf) in fp8_pools(x["k"], x["v"]).items():
+        ck, cv = (t.transpose(1, 2).contiguous() for t in gather_kv(kf, vf, context_slots(table, ctx[:1], BLOCK)[:1]))
+        ref = F.scaled_dot_product_attention(q[:n].float().transpose(0, 1)[None], ck[:, :, :c], cv[:, :, :c],
+                                             attn_mask=visible, enable_gqa=True)
+        run = functools.partial(extend_attention, q, kc, vc, table, qsl, seq_lens, max(news), kv_scales=scales)
+        err = checked(run()[:n].transpose(0, 1)[None], ref, f"extend {name}")
+        out[name] = dict(rel_err=err, tflop_s=round(x["flops"] / median_ms(run) / 1e9, 1))
+    for name in ("fp8_token", "fp8_static"):
+        out[name]["vs_bf16"] = round(out[name]["tflop_s"] / out["bf16"]["tflop_s"], 3)
+    return out
+
+
+def store_rows(tokens: int = 65536) -> dict:
+    """store_kvcache into a bf16 and an fp8 pool (per-token scales): GB/s over the bytes read and written."""
+    _, hkv, d = HEADS[LLAMA]
+    num_blocks = 2 * tokens // BLOCK
+    k = torch.randn(tokens, hkv, d, dtype=torch.bfloat16, device=DEVICE)
+    v = torch.randn_like(k)
+    slots = torch.randperm(num_blocks * BLOCK, device=DEVICE)[:tokens]
+    out = {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp8_token", FP8)):
+        kc = torch.zeros(num_blocks, BLOCK, hkv, d, dtype=dtype, device=DEVICE)
+        vc = torch.zeros_like(kc)
+        scales = None if dtype != FP8 else tuple(torch.zeros(num_blocks, BLOCK, hkv, device=DEVICE) for _ in "kv")
+        store_kvcache(k, v, kc, vc, slots, scales)
+        want = (k, v) if scales is None else (quantize(k, token_scales(k)), quantize(v, token_scales(v)))
+        correct = all(torch.equal(c.view(-1, hkv, d)[slots].view(torch.uint8 if dtype == FP8 else dtype), w.view(
+            torch.uint8 if dtype == FP8 else dtype)) for c, w in zip((kc, vc), want))
+        if not correct:
+            raise AssertionError(f"store_kvcache into the {name} pool differs from the torch path's bytes")
+        written = 2 * tokens * hkv * (d * kc.element_size() + (4 if scales else 0))
+        ms = median_ms(lambda kc=kc, vc=vc, scales=scales: store_kvcache(k, v, kc, vc, slots, scales))
+        out[name] = dict(correct=correct, gb_s=round((2 * k.nbytes + written) / ms / 1e6, 1))
+    return out
+
+
+def identity_fp32() -> dict:
+    """fp32, SmolLM2's shape, an fp8 pool: the kernels' greedy tokens (eager, graphs, overlap, cascade) against the
+    torch path's, request by request (where two correct fp32 computations agree on every argmax)."""
+    from .engine import engine_for, run_engine
+    with exact_fp32():
+        model = random_model(SMOLLM2_135M, torch.float32)
+        prompts = [p[:n] for p, n in zip(workload("shared_system", model.config.vocab_size, seed=1)[0][:8],
+                                         (1540, 1560, 1580, 1600, 300, 1620, 1550, 1570))]
+        fp8 = dict(kv_cache_dtype="fp8_e4m3")
+        runs = {"torch": dict(graphs=False, attention_backend="torch"), "triton": dict(graphs=False),
+                "triton_graphs_fused_overlap": dict(overlap=True),
+                "triton_graphs_fused_cascade": dict(cascade=True, cascade_min_seqs=4)}
+        tokens = {name: run_engine(engine_for(model, prompts, 32, **opts, **fp8), prompts, 32)[0]
+                  for name, opts in runs.items()}
+    same = {k: sum(a == b for a, b in zip(v, tokens["torch"])) for k, v in tokens.items()}
+    return dict(requests=len(prompts), new_tokens=32, identical_requests_vs_torch=same,
+                all_identical=all(v == len(prompts) for v in same.values()))
+
+
+def capacity_prompts(vocab: int) -> list[list[int]]:
+    c = CAPACITY
+    g = torch.Generator().manual_seed(c["seed"])
+    lens = torch.randint(c["prompt"][0], c["prompt"][1] + 1, (c["requests"],), generator=g).tolist()
+    return [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lens]
+
+
+def capacity(rounds: int = 3) -> dict:
+    """The same KV byte budget as a bf16 pool and as an fp8 pool, the same requests, all at once."""
+    model = random_model(SMOLLM2_135M, torch.bfloat16)
+    prompts, new = capacity_prompts(model.config.vocab_size), CAPACITY["new_tokens"]
+    need_blocks = sum(cdiv(len(p) + new, BLOCK) for p in prompts)
+    engines, out = {}, {}
+    for name, dtype in (("bf16", "auto"), ("fp8", "fp8_e4m3")):
+        per_block = make_kv_pool(model.config, PoolGeometry(1, BLOCK), dtype, model.dtype, "meta").bytes_per_block
+        if name == "bf16":
+            budget = int(CAPACITY["budget_of_bf16_need"] * need_blocks * per_block)
+        blocks = budget // per_block
+        engines[name] = make_engine(model, "bridge", "triton", cuda_graphs=True, fuse=True, overlap=True,
+                                    num_blocks=blocks, block_size=BLOCK, max_num_seqs=len(prompts),
+                                    max_num_batched_tokens=8192, kv_cache_dtype=dtype)
+        out[name] = dict(bytes_per_block=per_block, blocks=blocks, pool_bytes=blocks * per_block,
+                         blocks_all_requests_need=need_blocks)
+    params = SamplingParams(max_new_tokens=new)
+
+    def run(engine) -> dict:
+        engine.cache_manager.reset_cache()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        res = engine.generate(prompts, params)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        engine.check_invariants()
+        lat, ttft = [r.latency_s for r in res], [r.ttft_s for r in res]
+        assert all(len(r.output_ids) == new for r in res), "every request runs its new tokens (no stop token)"
+        return dict(wall_s=round(wall, 3), tokens_per_s=round(len(prompts) * new / wall, 1),
+                    preemptions=sum(r.num_preemptions for r in res), peak_blocks=engine.stats.peak_blocks,
+                    latency_p50_s=round(sorted(lat)[len(lat) // 2], 3), latency_p99_s=round(p99(lat), 3),
+                    ttft_p50_s=round(sorted(ttft)[len(ttft) // 2], 3), ttft_p99_s=round(p99(ttft), 3))
+    for engine in engines.values():  # warm-up: compile, capture
+        engine.generate(prompts[:4], SamplingParams(max_new_tokens=2))
+    samples: dict[str, list[dict]] = {k: [] for k in engines}
+    for _ in range(rounds):
+        for name, engine in engines.items():
+            samples[name].append(run(engine))
+            print("capacity", name, samples[name][-1], flush=True)
+    for name, figs in samples.items():
+        mid = sorted(figs, key=lambda f: f["tokens_per_s"])[len(figs) // 2]
+        out[name].update(mid, tokens_per_s_rounds=[f["tokens_per_s"] for f in figs])
+    out.update(requests=len(prompts), prompt_tokens=sum(map(len, prompts)), new_tokens=new, budget_bytes=budget,
+               budget=CAPACITY, speedup=round(out["fp8"]["tokens_per_s"] / out["bf16"]["tokens_per_s"], 2))
+    return out
+
+
+def goals(res: dict) -> list[dict]:
+    """The issue's targets, met or missed, from whatever parts ran."""
+    rows = []
+    dec = res.get("decode", {}).get(LLAMA, {})
+    if "fp8_token" in dec:
+        ratio = dec["fp8_token"]["tokens_vs_bf16"]
+        rows.append(dict(goal=f"decode ragged {LLAMA}: fp8 pool >= {TARGETS['decode_tokens_ratio']}x the bf16 "
+                              "pool's context tokens/s", measured=ratio, met=ratio >= TARGETS["decode_tokens_ratio"]))
+    ext = res.get("extend", {}).get("uniform", {})
+    if "fp8_token" in ext:
+        ratio = ext["fp8_token"]["vs_bf16"]
+        rows.append(dict(goal="extend over an fp8 prefix >= the bf16 pool's TFLOP/s", measured=ratio, met=ratio >= 1.0))
+    cap = res.get("capacity", {})
+    if "fp8" in cap and "preemptions" in cap["fp8"]:
+        rows.append(dict(goal="capacity: the bf16 pool preempts, the fp8 pool of the same bytes does not",
+                         measured=f"{cap['bf16']['preemptions']} / {cap['fp8']['preemptions']}",
+                         met=cap["bf16"]["preemptions"] > 0 and cap["fp8"]["preemptions"] == 0))
+    if "identity_fp32" in res and "all_identical" in res["identity_fp32"]:
+        rows.append(dict(goal="fp32: the kernels' fp8 tokens = the torch path's", measured=res["identity_fp32"][
+            "identical_requests_vs_torch"], met=res["identity_fp32"]["all_identical"]))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="write the JSON here (step06_triton/results/h200_fp8.json)")
+    ap.add_argument("--parts", nargs="+", default=["identity", "decode", "extend", "capacity"],
+                    choices=["identity", "decode", "extend", "capacity"])
+    ap.add_argument("--quick", action="store_true", help="one capacity round (a smoke test)")
+    args = ap.parse_args(argv)
+    if not needs_gpu("step06_triton.measure.fp8"):
+        return 2
+    parts = Parts(args.out, "python -m step06_triton.measure.fp8 " + " ".join(argv or sys.argv[1:]),
+                  keep=args.parts != ap.get_default("parts"))
+    if "identity" in args.parts:
+        parts.run(("identity_fp32",), identity_fp32)
+    if "decode" in args.parts:
+        for heads in HEADS:
+            parts.run(("decode", heads), functools.partial(decode_rows, heads))
+    if "extend" in args.parts:
+        batch, prefix, new = PREFILL_SHAPE
+        parts.run(("extend", "uniform"), functools.partial(extend_rows, [prefix] * batch, [new] * batch))
+        parts.run(("extend", "ragged"), functools.partial(extend_rows, *ragged_prefill_shape()))
+        parts.run(("extend", "store"), store_rows)
+    if "capacity" in args.parts:
+        parts.run(("capacity",), functools.partial(capacity, 1 if args.quick else 3))
+    parts.finish(goals)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The FP8 KV cache's numbers, from results/fp8.json (the real model's accuracy, on a CPU: `python -m course bench
+step06 --workload fp8 --save`) and results/h200_fp8.json (the kernels and the capacity, on a GPU: `python -m
+step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json`). `section` is the lesson's trade-off table
+(README's `fp8` markers, in the Theory), `tables` the GPU's part of *Measured here*; report.py registers both.
+Nothing here measures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from course import results
+from course.report import fmt, met, provenance, table
+from step02_paged.geometry import cdiv
+
+RESULTS = Path(__file__).parent.parent / "results"
+GPU_COMMAND = "python -m step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json"
+CPU_COMMAND = "python -m course bench step06 --workload fp8 --save"
+POOLS = {  # the accuracy JSON's variant -> (scales, the capacity table's pool)
+    "fp8, per token and head (dynamic)": ("per token and head, computed as stored", "fp8, scales per token and head"),
+    "fp8, per layer (calibrated)": ("per layer (vLLM's k_scale / v_scale), calibrated", "fp8, static scales"),
+    "fp8, per layer and head (calibrated)": ("per layer and head, calibrated", "fp8, static scales"),
+    "fp8, per layer, 1.0 (uncalibrated)": ("per layer, 1.0 (no calibration)", "fp8, static scales"),
+}
+KEPT = next(iter(POOLS))
+REQUESTS_OF = {"smollm2_135m": (2048, 1), "llama_3_8b": (8192, 100)}  # capacity rows: (tokens a request, GiB)
+
+
+def load_accuracy() -> dict | None:
+    return results.load("step06", "fp8")
+
+
+def load_gpu(path: Path = RESULTS / "h200_fp8.json") -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def pct(x: float) -> str:
+    return f"{x:+.2%}"
+
+
+def tradeoff(acc: dict) -> list[str]:
+    """Per pool: bytes of a SmolLM2 block, and what the real model's answers lost against the fp32 cache."""
+    f = acc["figures"]
+    pools = f["capacity"]["smollm2_135m"]["pools"]
+    rows = [["fp32 (the reference)", "-", f"{pools['fp32']['bytes_per_block']:,}", "-",
+             f["perplexity_text"]["fp32"], "-", "-", f"{f['requests']} / {f['requests']}", "-"],
+            ["bf16 (a GPU's pool; bytes only)", "-", f"{pools['bf16']['bytes_per_block']:,}", "1x", "-", "-", "-", "-",
+             "-"]]
+    for name, (scales, pool) in POOLS.items():
+        v = f["variants"][name]
+        first = "-" if v["first_divergence_median"] is None else v["first_divergence_median"]
+        label = f"**{name}** (kept)" if name == KEPT else name
+        rows.append([label, scales, f"{pools[pool]['bytes_per_block']:,}",
+                     f"{pools['bf16']['bytes_per_block'] / pools[pool]['bytes_per_block']:.2f}x",
+                     f"{v['perplexity']} ({pct(v['perplexity_change'])})", fmt(v["kl_mean"]),
+                     f"{v['top1_agreement']:.2%}", f"{v['identical']} / {v['requests']}", first])
+    return table(["pool", "scales", "bytes per 16-token block", "blocks per byte vs bf16", "perplexity",
+                  "mean KL(fp32 ‖ fp8), nats", "top-1 agreement", "answers identical (64 tokens)",
+                  "median first divergence (token)"], rows)
+
+
+def capacity(acc: dict) -> list[str]:
+    """Chapter 2's arithmetic for both layouts: bytes per block, blocks and tokens per GiB, requests that fit."""
+    rows = []
+    for model, cap in acc["figures"]["capacity"].items():
+        tokens, gib = REQUESTS_OF[model]
+        shape = f"{model.replace('_', ' ')} ({cap['layers']} layers x {cap['kv_heads']} KV heads x {cap['head_dim']})"
+        for pool, c in cap["pools"].items():
+            fit = c["blocks_per_gib"] * gib // cdiv(tokens, 16)
+            rows.append([shape, pool, f"{c['bytes_per_block']:,}", f"{c['blocks_per_gib']:,}",
+                         f"{c['tokens_per_gib']:,}", f"{fit:,} of {tokens:,} tokens in {gib} GiB"])
+    return table(["model", "pool", "bytes per 16-token block", "blocks per GiB", "tokens per GiB",
+                  "requests that fit"], rows)
+
+
+def section(acc: dict | None, gpu: dict | None) -> str:
+    """The lesson's block: the capacity arithmetic, the trade-off on the real model, and the GPU's headline."""
+    if acc is None:
+        return f"No accuracy measurement committed yet: `{CPU_COMMAND}` writes it.\n"
+    f = acc["figures"]
+    kept = f["variants"][KEPT]
+    worst = max((v for v in f["variants"].values()), key=lambda v: v["perplexity_change"])
+    lines = ["**What a GiB holds** (chapter 2's `bytes_per_block`, computing in bf16; the fp32 row is this CPU's "
+             "pool):", ""] + capacity(acc) + [
+        "", f"**What the real model loses**: SmolLM2-135M-Instruct in fp32 on this machine's CPU, the same engine "
+        f"with its pool in fp32 and in fp8 under four scale granularities; {f['requests']} requests of the "
+        f"workloads {', '.join(f'`{w}`' for w in f['workloads'])} (one round each), greedy, up to "
+        f"{f['new_tokens']} new tokens, stopping at the end of turn; KL and top-1 agreement over the "
+        f"{f['positions_scored']:,} next-token distributions along the fp32 answers (teacher forcing); perplexity of "
+        f"the {f['perplexity_text']['tokens']:,}-token reference manual of `long` as plain text. Calibrated scales: "
+        f"the largest |K| and |V| of each layer (and head) over the `{f['calibration']['workload']}` workload's "
+        "prompts, mapped to 448.", ""] + tradeoff(acc) + [
+        "", f"The pool the course keeps changes perplexity by {pct(kept['perplexity_change'])} against a target of "
+        f"{pct(f['target_perplexity_change'])} ({met(abs(kept['perplexity_change']) <= f['target_perplexity_change'])}"
+        f"); the static pools by up to {pct(worst['perplexity_change'])}. "
+        f"{provenance([acc])}", ""]
+    if gpu is None:
+        lines += [f"On the GPU (not measured yet: `{GPU_COMMAND}` writes the tables under *Measured here*).", ""]
+    else:
+        dec = gpu.get("decode", {}).get("32/8x128", {})
+        if "fp8_token" in dec:
+            lines += [f"On the {gpu['machine']['gpu']}, the ragged decode batch (32 / 8 heads x 128) reads "
+                      f"{dec['fp8_token']['tokens_vs_bf16']}x the tokens of context per second from the fp8 pool "
+                      f"that it reads from the bf16 pool (tables under *Measured here*).", ""]
+    return "\n".join(lines)
+
+
+def tables(gpu: dict | None) -> str:
+    """The GPU's part of *Measured here*: decode, extend and store over bf16 and fp8 pools, the capacity workload,
+    the fp32 identity, the targets."""
+    lines = ["#### An FP8 KV cache", ""]
+    if gpu is None:
+        return "\n".join(lines + [f"No measurement committed yet: `{GPU_COMMAND}` on a GPU writes it.", ""])
+    m = gpu["machine"]
+    lines += [f"Measured on {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, Triton {m['triton']}, by "
+              + ", then ".join(f"`{c}`" for c in gpu["commands"]) + ".", ""]
+    rows = []
+    for heads, r in gpu.get("decode", {}).items():
+        if "error" in r:
+            rows.append([heads, f"failed: {r['error']}"] + [""] * 6)
+            continue
+        for pool in ("bf16", "fp8_token", "fp8_static"):
+            x = r[pool]
+            rows.append([heads, pool.replace("_", ", "), f"{x['context_tokens_per_s']:,}",
+                         "-" if pool == "bf16" else f"**{x['tokens_vs_bf16']}x**", x["tb_s"], x["copy_tb_s"],
+                         f"{x['bytes'] / 2**20:,.0f}", f"{x['rel_err']:.1e}"])
+    if rows:
+        lines += ["**Decode, the ragged batch** (64 contexts from 1..8,192 tokens, blocks of 16), bf16 queries, the "
+                  "same K/V in each pool, each checked against fp32 attention over the values its pool holds, median "
+                  "of CUDA-graph replays; bytes are K/V with their scales, q and the output:", ""]
+        lines += table(["heads", "pool", "context tokens / s", "vs bf16", "TB/s", "copy of the same bytes, TB/s",
+                        "MiB read", "rel. error"], rows) + [""]
+    ext = gpu.get("extend", {})
+    rows = []
+    for name in ("uniform", "ragged"):
+        r = ext.get(name)
+        if r and "error" not in r:
+            rows.append([name, r["batch"], max(r["prefixes"]), max(r["news"]), r["bf16"]["tflop_s"],
+                         f"{r['fp8_token']['tflop_s']} ({r['fp8_token']['vs_bf16']}x)",
+                         f"{r['fp8_static']['tflop_s']} ({r['fp8_static']['vs_bf16']}x)"])
+    if rows:
+        lines += ["**Prefill after an fp8 prefix** (32 / 8 heads x 128), TFLOP/s:", ""]
+        lines += table(["batch", "sequences", "longest prefix", "most new tokens", "bf16 pool",
+                        "fp8, per token and head", "fp8, static"], rows) + [""]
+    store = ext.get("store")
+    if store and "error" not in store:
+        lines += [f"**store_kvcache**: bf16 {store['bf16']['gb_s']} GB/s; quantizing into fp8 "
+                  f"{store['fp8_token']['gb_s']} GB/s (bytes read and written).", ""]
+    cap = gpu.get("capacity", {})
+    if "bf16" in cap and "tokens_per_s" in cap.get("bf16", {}):
+        rows = [[pool, f"{c['pool_bytes'] / 2**30:.2f}", f"{c['blocks']:,} of {c['blocks_all_requests_need']:,}",
+                 c["preemptions"], c["tokens_per_s"], c["latency_p50_s"], c["latency_p99_s"], c["ttft_p99_s"]]
+                for pool, c in ((p, cap[p]) for p in ("bf16", "fp8"))]
+        lines += [f"**The same bytes, bf16 and fp8**: {cap['requests']} requests ({cap['prompt_tokens']:,} prompt "
+                  f"tokens, {cap['new_tokens']} new each) at once through chapter 5's engine on the kernels (CUDA "
+                  "graphs, fused, overlapped), SmolLM2's shape, random weights, bf16; the budget is "
+                  f"{cap['budget']['budget_of_bf16_need']:.0%} of what the bf16 pool needs to hold them all; median of "
+                  "three interleaved rounds:", ""]
+        lines += table(["pool", "GiB", "blocks (all requests need)", "preemptions", "tokens / s", "p50 latency (s)",
+                        "p99 latency (s)", "p99 TTFT (s)"], rows) + [""]
+    ident = gpu.get("identity_fp32", {})
+    if "all_identical" in ident:
+        lines += [f"fp32, an fp8 pool: the kernels' greedy tokens equal the torch path's: "
+                  f"{fmt(ident['all_identical'])} ({ident['identical_requests_vs_torch']}).", ""]
+    if gpu.get("goals"):
+        lines += table(["target", "measured", "verdict"],
+                       [[g["goal"], g["measured"], met(g["met"])] for g in gpu["goals"]]) + [""]
+    return "\n".join(lines)
