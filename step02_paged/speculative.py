@@ -49,7 +49,11 @@ def verify(logits: torch.Tensor, seqs: list[Sequence]) -> list[tuple[list[int], 
             kept.append(token)
             if j == len(drafts) or token != drafts[j] or token in params.stop_token_ids or len(kept) >= room:
                 break
-        accepted = next((i for i, (a, b) in enumerate(zip(kept, drafts)) if a != b), min(len(kept), len(drafts)))
-        kept_per_seq.append((kept, accepted))
+        kept_per_seq.append((kept, num_accepted(kept, drafts)))
         row += len(drafts) + 1
     return kept_per_seq
+
+
+def num_accepted(kept: list[int], drafts: list[int]) -> int:
+    """How many drafts the kept tokens confirm: the length of their common prefix."""
+    return next((i for i, (a, b) in enumerate(zip(kept, drafts)) if a != b), min(len(kept), len(drafts)))

@@ -26,8 +26,9 @@ from step02_paged.sequence import Sequence
 def check_no_speculation(num_speculative_tokens: int) -> None:
     """The overlapped engine schedules step N+1 before it reads step N's tokens, each a placeholder one position
     on; a verify step keeps an unknown number of tokens (1 .. 1 + drafts), so the next step's positions are not
-    known when it is scheduled. vLLM and SGLang run the pair by scheduling as if every draft were accepted and
-    correcting on the device; this course does not build that, so the combination is refused."""
+    known when it is scheduled. vLLM's asynchronous scheduler runs the pair by counting the scheduled drafts as
+    placeholders and taking the rejected ones back when the tokens arrive; this course does not build that, so the
+    combination is refused."""
     if num_speculative_tokens:
         raise ValueError(f"num_speculative_tokens={num_speculative_tokens} needs the synchronous engine: the "
                          "overlapped engine schedules the next step before it knows how many drafts were accepted; "
