@@ -1,6 +1,7 @@
 """Drive an engine to completion, checking every invariant after every step (shared by the chapters' tests)."""
 from __future__ import annotations
 
+import functools
 import random
 
 from step01_kvcache.generate import SamplingParams, generate
@@ -75,6 +76,14 @@ def demo_answer_matches_step01(chapter_main, capsys, new_tokens: int = 12) -> No
     theirs = capsys.readouterr().out
     assert chapter_main(argv) == 0
     assert capsys.readouterr().out == theirs and theirs.strip()
+
+
+def oracle(model):
+    """step01's greedy answer to `(prompt as a tuple, max_new_tokens)`, cached: what every engine must give."""
+    @functools.cache
+    def answer(prompt: tuple[int, ...], new: int) -> list[int]:
+        return generate(model, list(prompt), SamplingParams(max_new_tokens=new))
+    return answer
 
 
 class ScriptedProposer:

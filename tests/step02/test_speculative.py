@@ -3,7 +3,6 @@ drafts are rolled back through `Sequence.rollback` and their blocks given back; 
 seeded sampling too), with chunked prefill, preemption and aborts in the mix."""
 from __future__ import annotations
 
-import functools
 import random
 
 import pytest
@@ -16,14 +15,10 @@ from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.geometry import PoolGeometry
 from step02_paged.ngram_proposer import NgramProposer
 from step02_paged.sequence import Sequence
-from tests.driver import drive_to_end, speculative_engine
+from tests.driver import drive_to_end, oracle, speculative_engine
 
 MODEL = tiny_model(seed=11)
-
-
-@functools.cache
-def answer(prompt: tuple[int, ...], new: int) -> list[int]:
-    return generate(MODEL, list(prompt), SamplingParams(max_new_tokens=new))
+answer = oracle(MODEL)
 
 
 def prompts(n: int, seed: int, hi: int = 40) -> list[list[int]]:

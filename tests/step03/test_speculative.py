@@ -2,24 +2,17 @@
 published only once they are computed, after the rollback, so no block holding a rejected draft is ever found."""
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from course.tiny import tiny_model
-from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import Engine, EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
-from tests.driver import speculation_reuses_only_verified
+from tests.driver import oracle, speculation_reuses_only_verified
 
 from .helpers import shared_prefix_prompts
 
 MODEL = tiny_model(seed=11)
-
-
-@functools.cache
-def answer(prompt: tuple[int, ...], new: int) -> list[int]:
-    return generate(MODEL, list(prompt), SamplingParams(max_new_tokens=new))
+answer = oracle(MODEL)
 
 
 @pytest.mark.parametrize("block_size,num_blocks", [(4, 256), (4, 24), (16, 64)], ids=["roomy", "tight", "16"])

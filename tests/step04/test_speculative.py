@@ -2,22 +2,15 @@
 tokens are verified ones), so no path names a draft, and the slots of rejected drafts go back to the free list."""
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from course.tiny import tiny_model
-from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import Engine, EngineConfig
 from step04_radix import RadixKVCacheManager
-from tests.driver import shared_prompts, speculation_reuses_only_verified
+from tests.driver import oracle, shared_prompts, speculation_reuses_only_verified
 
 MODEL = tiny_model(seed=11)
-
-
-@functools.cache
-def answer(prompt: tuple[int, ...], new: int) -> list[int]:
-    return generate(MODEL, list(prompt), SamplingParams(max_new_tokens=new))
+answer = oracle(MODEL)
 
 
 @pytest.mark.parametrize("num_blocks", [1024, 160], ids=["roomy", "tight"])

@@ -3,22 +3,15 @@ computed tokens, after the rollback), both levels of counts stay right, and a bl
 is the request's own, released at once."""
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from course.tiny import tiny_model
-from step01_kvcache.generate import SamplingParams, generate
 from step02_paged import Engine, EngineConfig
 from step05_bridge import BridgeKVCacheManager
-from tests.driver import shared_prompts, speculation_reuses_only_verified
+from tests.driver import oracle, shared_prompts, speculation_reuses_only_verified
 
 MODEL = tiny_model(seed=11)
-
-
-@functools.cache
-def answer(prompt: tuple[int, ...], new: int) -> list[int]:
-    return generate(MODEL, list(prompt), SamplingParams(max_new_tokens=new))
+answer = oracle(MODEL)
 
 
 @pytest.mark.parametrize("block_size,num_blocks", [(4, 256), (3, 40), (4, 24)], ids=["roomy", "odd", "tight"])

@@ -3,24 +3,18 @@ synchronous engine gives step01's tokens on the kernels too); the overlapped eng
 schedules a step before it knows how many of the previous step's drafts were kept."""
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from course.tiny import tiny_model
-from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.generate import SamplingParams
 from step02_paged import EngineConfig
 from step06_triton.engine import make_engine
 from step06_triton.overlap import OverlapEngine
-from tests.driver import drive_to_end, shared_prompts, speculative_engine
+from tests.driver import drive_to_end, oracle, shared_prompts, speculative_engine
 from tests.step06.test_kernels import DEVICE
 
 MODEL = tiny_model(seed=7, num_heads=6, num_kv_heads=2).to(DEVICE)
-
-
-@functools.cache
-def answer(prompt: tuple[int, ...], new: int) -> list[int]:
-    return generate(MODEL, list(prompt), SamplingParams(max_new_tokens=new))
+answer = oracle(MODEL)
 
 
 def test_the_triton_backend_verifies_drafts():
