@@ -239,3 +239,13 @@ def test_real_model_copies_with_speculation(real_model, tokenizer):
     out = engine.generate([ids], params)[0]
     assert out.output_ids == generate(real_model, ids, params)
     assert engine.stats.acceptance_rate > 0.5 and engine.stats.steps < 16
+
+
+def test_verify_step_cost_runs_on_the_cpu():
+    """The GPU's measurement, in miniature: a verify step of 1 + k tokens against a decode step, per batch size."""
+    from step02_paged.spec_bench import verify_step_cost
+
+    cost = verify_step_cost(MODEL, ks=(1, 3), batch_sizes=(1, 2), context=12, repeats=1)
+    assert cost["device"] == "cpu" and cost["context"] == 12 and set(cost["batches"]) == {1, 2}
+    for row in cost["batches"].values():
+        assert row["decode_ms"] > 0 and set(row["verify_ms"]) == set(row["ratio"]) == {1, 3}
