@@ -10,6 +10,7 @@ engine are written once, against this class:
     kv.on_computed(seq)                          a forward wrote more K/V: publish what others may reuse
     kv.rollback(seq)                             drafts were rejected: give back the blocks only they used
     kv.free(seq)                                 finish, abort or preemption
+    kv.shared_prefixes(seqs)                     which running sequences read the same first blocks right now?
 
 The match is a handle: the lookup returns it and allocation takes it back, so nothing travels on the side.
 A manager never moves `seq.num_computed_tokens`: the match says how many tokens it covers, and the scheduler
@@ -36,6 +37,15 @@ class PrefixMatch:
 
     blocks: tuple[int, ...] = ()
     num_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """Running sequences whose block tables start with the same `num_blocks` blocks: the K/V of that prefix are the
+    same bytes for all of them."""
+
+    seqs: tuple[Sequence, ...]
+    num_blocks: int
 
 
 @dataclass
@@ -141,6 +151,11 @@ class CacheManager(ABC):
         """Forget every cached prefix (e.g. after a weight update); returns the blocks dropped. Paging alone
         caches nothing."""
         return 0
+
+    def shared_prefixes(self, seqs: list[Sequence], min_blocks: int = 1) -> list[SharedPrefix]:
+        """Groups of `seqs` (running sequences) that share at least `min_blocks` leading blocks, each sequence in one
+        group at most, from what the manager already counts. Paging alone shares nothing."""
+        return []
 
     @abstractmethod
     def check_invariants(self) -> None:

@@ -17,7 +17,7 @@ PrefixCachingBlockManager (chapter 2's BlockManager with the hash map and the LR
 from __future__ import annotations
 
 from step01_kvcache.request import SamplingParams
-from step02_paged.cache_manager import CacheManager, PrefixMatch
+from step02_paged.cache_manager import CacheManager, PrefixMatch, SharedPrefix
 from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_cache_manager import check_block_tables, check_slot_usage
 from step02_paged.kv_pool import KVPool
@@ -114,6 +114,29 @@ class PrefixCachingKVCacheManager(CacheManager):
         seq.block_table = []
         self.holders.pop(seq.seq_id, None)
         self._num_published.pop(seq.seq_id, None)
+
+    def num_common_prefix_blocks(self, seq: HashedSequence) -> int:
+        """Leading blocks of `seq`'s table that every request holding blocks lists too (vLLM's
+        `get_num_common_prefix_blocks`): a block's ref_count is the number of block tables that list it, so a block
+        whose count equals the number of holders is in all of them, at the same place (its content is its chain of
+        hashes: it can only sit where that prefix sits). O(blocks counted), no new bookkeeping."""
+        # BEGIN SOLUTION task3.common_prefix points=2
+        holders, n = len(self.holders), 0
+        for b in seq.block_table:
+            if self.block_manager.ref_count[b] != holders:
+                break
+            n += 1
+        return n
+        # END SOLUTION
+
+    def shared_prefixes(self, seqs: list[HashedSequence], min_blocks: int = 1) -> list[SharedPrefix]:
+        """One group, every sequence, when all the requests holding blocks share at least `min_blocks` blocks (a
+        request that shares less, even one still prefilling, leaves nothing common to all: ref counts cannot say
+        who shares with whom, only how many)."""
+        if len(seqs) < 2 or len(seqs) > len(self.holders) or any(s.seq_id not in self.holders for s in seqs):
+            return []
+        n = self.num_common_prefix_blocks(seqs[0])
+        return [SharedPrefix(tuple(seqs), n)] if n >= min_blocks else []
 
     def reset_cache(self) -> int:
         """Drop every cached block; only when no request holds blocks (RuntimeError otherwise, nothing changed)."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from step01_kvcache.request import SamplingParams
 from step02_paged.block_manager import BlockManager
-from step02_paged.cache_manager import CacheManager, PrefixMatch
+from step02_paged.cache_manager import CacheManager, PrefixMatch, SharedPrefix
 from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_cache_manager import check_slot_usage
 from step02_paged.kv_pool import KVPool
@@ -175,6 +175,33 @@ class TreeCacheManager(CacheManager):
         block_manager.release(values)
         tree.reset()
         return len(values)
+
+    # ---- what running requests share ---------------------------------------------------------------------
+    def shared_prefixes(self, seqs: list[RadixSequence], min_blocks: int = 1) -> list[SharedPrefix]:
+        """Groups of `seqs` that share a tree node whose path holds at least `min_blocks` values, read from the paths
+        their locks run along (the nodes `lock_ref` counts): no new bookkeeping. Top down, a node that two or more
+        of `seqs` pass through is followed down while all of them still do; where they part (their deepest common
+        node) they form one group if the path is long enough, and otherwise the search goes on among them below.
+        Every group is as large as it can be: two system prompts in one batch make two groups, where a prefix
+        common to the whole batch would find none."""
+        paths = {seq.seq_id: self.tree.path(seq.last_node) for seq in seqs}
+        through: Counter = Counter(node.id for path in paths.values() for node in path)
+        below: dict[int, list[TreeNode]] = {}  # node id -> its children on some path, in creation order
+        for node in sorted({node for path in paths.values() for node in path}, key=lambda n: n.id):
+            below.setdefault(node.parent.id, []).append(node)
+        groups, todo = [], list(below.get(self.tree.root.id, ()))
+        while todo:
+            node = todo.pop(0)
+            if through[node.id] < 2:
+                continue
+            while (same := [c for c in below.get(node.id, ()) if through[c.id] == through[node.id]]):
+                node = same[0]  # all of them go on through this child
+            blocks = self.tree.span(0, self.tree.depth(node))
+            if blocks >= min_blocks:
+                groups.append(SharedPrefix(tuple(s for s in seqs if node in paths[s.seq_id]), blocks))
+            else:
+                todo += below.get(node.id, ())
+        return groups
 
     # ---- the ownership model: what a design defines ------------------------------------------------------
     @abstractmethod

@@ -11,8 +11,9 @@ Two kinds of graphs:
 - **decode**, one per padded batch size: every row is one sequence's next token; the graph also computes the
   LM head, so a replayed decode step hands back every row's logits;
 - **extend**, one per padded token count (up to `max_extend`): a single sequence's chunk after its cached prefix —
-  a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark. Padding rows
-  come after the real ones, so the causal mask keeps every real row from seeing them.
+  a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark — or a whole
+  prompt of a few thousand tokens, a cold request, which would otherwise launch its ~1,000 kernels one by one.
+  Padding rows come after the real ones, so the causal mask keeps every real row from seeing them.
 Other steps (long prefills, mixed batches) run eagerly. `CUDAGraphRunner` is the engine's runner (chapter 2's
 `ModelRunner` contract: a `ForwardBatch` in, the logits of its sampled rows out), so the engine does not know graphs
 exist; the graphs read the pool and the engine's persistent block table, which `capture` is given.
@@ -29,12 +30,15 @@ from step02_paged.forward_batch import ForwardBatch
 from step02_paged.kv_pool import KVPool
 from step02_paged.model_runner import ModelRunner
 
+from .cascade import CascadeBatch, CascadeGrid, CascadeMetadata
 from .decode_attention import num_kv_splits
 from .fusion import fused_decode
 from .triton_attention import TritonMetadata, TritonPagedAttention
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-EXTEND_SIZES = (16, 32, 64, 128, 256)
+# one sequence's chunk, padded up to the next of these: powers of two to 256, then steps of a quarter of the size
+# or less, so that padding costs at most a quarter of a long prefill (a cold request's whole prompt is one chunk)
+EXTEND_SIZES = (16, 32, 64, 128, 256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096)
 
 
 class CUDAGraphRunner(ModelRunner):
@@ -48,10 +52,13 @@ class CUDAGraphRunner(ModelRunner):
         self.timings: list | None = None  # set to a list to get (start, end) CUDA events around every replay
 
     @torch.inference_mode()
-    def capture(self, block_table: torch.Tensor, max_batch: int, max_extend: int = EXTEND_SIZES[-1]) -> None:
+    def capture(self, block_table: torch.Tensor, max_batch: int, max_extend: int = EXTEND_SIZES[-1],
+                cascade_min_seqs: int | None = None) -> None:
         """Decode graphs up to `max_batch` sequences and extend graphs up to `max_extend` tokens, reading the pool
         and `block_table`, the engine's persistent block table on the device. With `fuse`, the graphs hold the fused
-        step (fusion.py: q/k/v and gate/up one product each, compiled RMSNorm and SwiGLU)."""
+        step (fusion.py: q/k/v and gate/up one product each, compiled RMSNorm and SwiGLU). With `cascade_min_seqs`,
+        also a cascade-attention decode graph per batch size from that many rows on: its work lists are static
+        buffers of fixed sizes (`CascadeGrid`), refreshed before each replay."""
         if self.model.device.type != "cuda":
             raise RuntimeError("CUDA graphs need the model on a CUDA device")
         n = max(max_batch, max_extend)
@@ -69,6 +76,16 @@ class CUDAGraphRunner(ModelRunner):
         self.decode_sizes = [b for b in BATCH_SIZES if b < self.max_batch] + [self.max_batch]
         self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
         kinds = [("decode", b) for b in reversed(self.decode_sizes)] + [("extend", t) for t in self.extend_sizes]
+        self.cascades: dict[int, CascadeMetadata] = {}  # batch size -> the static work lists its graph reads
+        if cascade_min_seqs:
+            heads, kv_heads = cfg.num_heads, cfg.num_kv_heads
+            for b in self.decode_sizes:
+                if b >= cascade_min_seqs:
+                    grid = CascadeGrid.for_batch(b, heads // kv_heads, cascade_min_seqs, cfg.max_position_embeddings,
+                                                 cfg.head_dim)
+                    self.cascades[b] = CascadeMetadata.build([], [1] * b, heads, kv_heads, cfg.head_dim, dev,
+                                                             grid=grid)
+                    kinds.insert(0, ("cascade", b))
         mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
         with fused_decode(self.model) if self.fuse else contextlib.nullcontext([]) as fused_weights:
             self.fused_weights = fused_weights  # the graphs read them: they live as long as the graphs
@@ -82,17 +99,18 @@ class CUDAGraphRunner(ModelRunner):
 
     def _forward(self, kind: str, size: int) -> None:
         """The captured computation: a decode batch of `size` rows, or one sequence's chunk of `size` tokens."""
-        rows = size if kind == "decode" else 1
+        rows = 1 if kind == "extend" else size
         table = self.table.index_select(0, self.rows[:rows])
-        if kind == "decode":
+        if kind == "extend":
+            md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:1], self.query_start_loc, 0, size, 1)
+        else:
             splits = num_kv_splits(self.model.config.max_position_embeddings)  # the grid of the longest context
             md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:size], self.query_start_loc[:1],
                                 size, 0, splits)
-        else:
-            md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:1], self.query_start_loc, 0, size, 1)
-        hidden = self.model(self.input_ids[:size], self.positions[:size], TritonPagedAttention(self.pool, md))
+        store = TritonPagedAttention(self.pool, md, self.cascades.get(size) if kind == "cascade" else None)
+        hidden = self.model(self.input_ids[:size], self.positions[:size], store)
         self.hidden[:size].copy_(hidden)
-        if kind == "decode":
+        if kind != "extend":
             self.logits[:size].copy_(self.model.compute_logits(hidden))
 
     def _graph_for(self, batch: ForwardBatch) -> tuple[str, int] | None:
@@ -102,7 +120,9 @@ class CUDAGraphRunner(ModelRunner):
         if not self.graphs:
             return None
         if batch.num_decodes == n and n <= self.max_batch:
-            return "decode", next(b for b in self.decode_sizes if b >= n)
+            size = next(b for b in self.decode_sizes if b >= n)
+            cascade = isinstance(batch, CascadeBatch) and batch.cascade and size in self.cascades
+            return ("cascade" if cascade else "decode"), size
         if batch.num_seqs == 1 and n <= self.max_extend:
             size = next(t for t in self.extend_sizes if t >= n)
             if batch.max_seq_len + size - n <= self.model.config.max_position_embeddings:
@@ -116,18 +136,25 @@ class CUDAGraphRunner(ModelRunner):
             return super().forward(batch)
         kind, size = graph
         n = batch.num_tokens
-        rows = n if kind == "decode" else 1
+        rows = 1 if kind == "extend" else n
         self.input_ids[:n].copy_(batch.input_ids)
         self.positions[:n].copy_(batch.positions)
         self.slot_mapping[:n].copy_(batch.slot_mapping)
         self.slot_mapping[n:size].fill_(-1)
         self.rows[:rows].copy_(batch.rows)
-        if kind == "decode":
+        if kind != "extend":
             self.seq_lens[:n].copy_(batch.seq_lens)
             self.seq_lens[n:size].fill_(1)
-        else:  # pad the chunk to `size` rows: the context grows by the padding, which no real row can see
+        if kind == "cascade":  # this step's work lists, padded to the sizes the graph was captured with
+            static = self.cascades[size]
+            lens = [c + 1 for c in batch.num_computed] + [1] * (size - n)
+            cfg = self.model.config
+            md = CascadeMetadata.build(batch.cascade, lens, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                                       static.flat.device, grid=static.grid)
+            static.flat.copy_(md.flat)
+        elif kind == "extend":  # the chunk padded to `size` rows: the context grows by padding no real row sees
             self.seq_lens[:1].copy_(batch.seq_lens + (size - n))
-            self.query_start_loc[1] = size
+            self.query_start_loc[1:].fill_(size)  # a kernel: setting an item from the host would wait for the GPU
         if self.timings is None:
             self.graphs[kind, size].replay()
         else:
@@ -137,6 +164,6 @@ class CUDAGraphRunner(ModelRunner):
             end.record()
             self.timings.append((start, end))
         self.replays += 1
-        if kind == "decode":  # every row samples, and the graph computed their logits
+        if kind != "extend":  # a decode step: every row samples, and the graph computed their logits
             return self.logits[:n]
         return self.model.compute_logits(self.hidden[:n][batch.logits_indices])

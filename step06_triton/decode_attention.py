@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -40,7 +41,7 @@ PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, 
 FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
 MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
 MAX_SPLITS = 64  # the merge holds every split of a head in registers
-DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `bench.py --part sweep`
+DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `measure/kernels.py --part sweep`
 
 
 @triton.jit
@@ -124,19 +125,32 @@ def split_plan(seq_lens_ptr, batch, seq_len, max_splits, min_split_len, target_p
 
 
 @triton.jit
+def store_partial(mid_o_ptr, mid_lse_ptr, row, slot, num_slots, m_i, l_i, acc, valid, HEAD_DIM: tl.constexpr):
+    """A partial result of query rows `row` [M] (each a (sequence, head) pair, `b * H_q + head`) in merge slot
+    `slot`: the output normalised within its keys, and their log2-sum-exp2. The merge weighs the slots of a row by
+    exp2(lse)."""
+    dims = tl.arange(0, HEAD_DIM)
+    mid = row.to(tl.int64) * num_slots + slot
+    tl.store(mid_o_ptr + mid[:, None] * HEAD_DIM + dims[None, :], acc / l_i[:, None], mask=valid[:, None])
+    tl.store(mid_lse_ptr + mid, m_i + tl.log2(l_i), mask=valid)
+
+
+@triton.jit
 def _decode_split_kernel(
     q_ptr,  # [B, H_q, D]
     k_cache_ptr, v_cache_ptr,  # [num_slots, H_kv, D] one layer of the pool
     block_table_ptr,  # [B, max_blocks] int32/int64 physical block of each logical block
-    seq_lens_ptr,  # [B] context length including the new token (already stored)
-    o_ptr,  # [B, H_q, D] output, written here by the sequences of one split
-    mid_o_ptr,  # [B, H_q, max_splits, D] fp32 partial outputs (normalised within the split)
-    mid_lse_ptr,  # [B, H_q, max_splits] fp32 log2-sum-exp2 of each split's scores
-    num_splits_ptr,  # [B] int32: splits each sequence got, for the merge
+    seq_lens_ptr,  # [B] keys to read: the context including the new token (already stored)
+    kv_start_ptr,  # [B] int32, with SUFFIX only: the position of the first key (the keys before it are read elsewhere)
+    slot_base_ptr,  # [B] int32, with SUFFIX only: the first merge slot of the sequence's splits
+    o_ptr,  # [B, H_q, D] output, written here by the sequences of one split (and no slot before it)
+    mid_o_ptr,  # [B, H_q, num_slots, D] fp32 partial outputs (normalised within the split)
+    mid_lse_ptr,  # [B, H_q, num_slots] fp32 log2-sum-exp2 of each split's scores
+    num_splits_ptr,  # [B] int32: merge slots each sequence filled, for the merge
     stride_q_b, stride_o_b, stride_bt_b,
-    batch, max_splits, min_split_len, target_programs, fill_programs, sm_scale_log2,
+    batch, max_splits, num_slots, min_split_len, target_programs, fill_programs, sm_scale_log2,
     H_KV: tl.constexpr, GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, SUFFIX: tl.constexpr,
 ):
     kv_head = tl.program_id(0)  # fastest-varying: the KV heads of the same tokens are read at the same time
     b = tl.program_id(1)
@@ -146,8 +160,13 @@ def _decode_split_kernel(
                                        fill_programs, H_KV, BLOCK_N)
     if split >= num_splits:  # the grid is sized for the longest context it may see
         return
-    start = split * split_len
-    end = tl.minimum(start + split_len, seq_len)
+    first = tl.full([], 0, tl.int32)  # the keys are positions first .. first + seq_len - 1
+    base = tl.full([], 0, tl.int32)  # this sequence's splits fill merge slots base .. base + num_splits - 1
+    if SUFFIX:  # cascade attention read the shared prefix: this pass reads the rest, and adds its slots after
+        first = tl.load(kv_start_ptr + b).to(tl.int32)
+        base = tl.load(slot_base_ptr + b).to(tl.int32)
+    start = first + split * split_len
+    end = tl.minimum(start + split_len, first + seq_len)
 
     # The GROUP query heads of this KV head, as rows of a [GROUP_PAD, HEAD_DIM] matrix (padding rows are 0).
     rows = tl.arange(0, GROUP_PAD)
@@ -164,25 +183,24 @@ def _decode_split_kernel(
                                     kv_head, tile, seq_len, end, sm_scale_log2, True, False, H_KV, HEAD_DIM,
                                     BLOCK_SIZE, BLOCK_N, IEEE)
 
-    # 4. One split: the output itself (a context of 0 tokens gives 0, not NaN). Several: the split's normalised
-    # output and its log2-sum-exp2 (every split has keys), for the merge.
-    if num_splits == 1:
+    # 4. A sequence of one split and no earlier slot: the output itself (a context of 0 tokens gives 0, not NaN).
+    # Otherwise the split's normalised output and its log2-sum-exp2 (every split has keys), for the merge.
+    if (num_splits == 1) & (base == 0):
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         tl.store(o_ptr + b * stride_o_b + heads[:, None] * HEAD_DIM + dims[None, :], out.to(o_ptr.dtype.element_ty),
                  mask=rows[:, None] < GROUP)
     else:
-        mid = (b * H_KV * GROUP + heads).to(tl.int64) * max_splits + split
-        tl.store(mid_o_ptr + mid[:, None] * HEAD_DIM + dims[None, :], acc / l_i[:, None], mask=rows[:, None] < GROUP)
-        tl.store(mid_lse_ptr + mid, m_i + tl.log2(l_i), mask=rows < GROUP)
+        store_partial(mid_o_ptr, mid_lse_ptr, b * H_KV * GROUP + heads, base + split, num_slots, m_i, l_i, acc,
+                      rows < GROUP, HEAD_DIM)
     if (kv_head == 0) & (split == 0):
-        tl.store(num_splits_ptr + b, num_splits)
+        tl.store(num_splits_ptr + b, base + num_splits)
 
 
 @triton.jit
 def _merge_splits_kernel(
-    mid_o_ptr, mid_lse_ptr, num_splits_ptr,  # as written by _decode_split_kernel
+    mid_o_ptr, mid_lse_ptr, num_splits_ptr,  # as written by _decode_split_kernel (and cascade's prefix pass)
     o_ptr,  # [B, H_q, D] output, in q's dtype
-    stride_o_b, max_splits,
+    stride_o_b, num_slots,
     H_Q: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr,
 ):
     """softmax over all keys = each split's softmax weighted by exp2(lse_split - lse_total)."""
@@ -193,7 +211,7 @@ def _merge_splits_kernel(
         return
     splits = tl.arange(0, SPLITS_PAD)
     dims = tl.arange(0, HEAD_DIM)
-    row = (b * H_Q + head).to(tl.int64) * max_splits
+    row = (b * H_Q + head).to(tl.int64) * num_slots
     # BEGIN SOLUTION task6.merge points=2
     lse = tl.load(mid_lse_ptr + row + splits, mask=splits < num_splits, other=float("-inf"))
     part = tl.load(mid_o_ptr + (row + splits)[:, None] * HEAD_DIM + dims[None, :],
@@ -235,21 +253,33 @@ def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, blo
     return plan
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-                           seq_lens: torch.Tensor, max_splits: int | None = None, out: torch.Tensor | None = None, *,
-                           num_sms: int | None = None, min_split_len: int = MIN_SPLIT_LEN, block_n: int | None = None,
-                           num_warps: int | None = None, num_stages: int = 3) -> torch.Tensor:
-    """q [B, H_q, D] (the one new token of each sequence); k_cache/v_cache one layer of the pool
-    [num_blocks, block_size, H_kv, D]; block_table [B, max_blocks] (int32 or int64); seq_lens [B] >= 1,
-    counting the new token, whose K/V must already be stored. Returns [B, H_q, D].
+@dataclass(frozen=True)
+class Partials:
+    """Merge slots: for every (sequence, query head), `num_slots` partial outputs with their log2-sum-exp2, and per
+    sequence how many slots it filled. Split-KV fills them with the splits of a context; cascade attention (cascade.py)
+    with the splits of a shared prefix first, then those of each sequence's own suffix. One merge reads them all."""
 
-    `max_splits` is the grid's split axis, a host integer: `num_kv_splits(longest context)`, by default the
-    bound for the block table's width. The lengths are read on the device only, so the launch can be captured
-    in a CUDA graph and replayed with other `seq_lens`. `num_sms` (default: the device's) and `min_split_len`
-    set the rule; the tile and warp defaults (`DECODE_TILE`) are the best of `bench.py --part sweep` on an
-    H200."""
+    mid_o: torch.Tensor  # [B, H_q, num_slots, D] fp32
+    mid_lse: torch.Tensor  # [B, H_q, num_slots] fp32
+    num_splits: torch.Tensor  # [B] int32
+
+    @classmethod
+    def empty(cls, batch: int, num_heads: int, head_dim: int, num_slots: int, device: torch.device) -> Partials:
+        return cls(torch.empty(batch, num_heads, num_slots, head_dim, dtype=torch.float32, device=device),
+                   torch.empty(batch, num_heads, num_slots, dtype=torch.float32, device=device),
+                   torch.empty(batch, dtype=torch.int32, device=device))
+
+    @property
+    def num_slots(self) -> int:
+        return self.mid_lse.shape[-1]
+
+
+def check_decode_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                        seq_lens: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """Shapes and strides the decode kernels rely on (a ValueError that says which is wrong); returns `out`, made
+    like q when not given."""
     B, Hq, D = q.shape
-    _, block_size, Hkv, Dk = k_cache.shape
+    _, _, Hkv, Dk = k_cache.shape
     if Dk != D or v_cache.shape != k_cache.shape:
         raise ValueError(f"q head_dim {D} vs pool {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
     if Hq % Hkv:
@@ -260,29 +290,70 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"block_table {tuple(block_table.shape)} / seq_lens {tuple(seq_lens.shape)} vs batch {B}")
     if q.stride(-1) != 1 or q.stride(-2) != D or block_table.stride(-1) != 1:
         raise ValueError("q must be [B, H_q, D] with contiguous heads; block_table rows contiguous")
-    if max_splits is None:
-        max_splits = num_kv_splits(block_table.shape[1] * block_size, min_split_len)
-    if not 1 <= max_splits <= MAX_SPLITS:
-        raise ValueError(f"max_splits must be in 1..{MAX_SPLITS}, got {max_splits}")
     out = torch.empty_like(q) if out is None else out
     if out.shape != q.shape or out.stride(-1) != 1 or out.stride(-2) != D:
         raise ValueError(f"out must be [B, H_q, D] like q with contiguous heads, got {tuple(out.shape)}")
-    if B == 0:
-        return out
+    return out
+
+
+def decode_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                  seq_lens: torch.Tensor, max_splits: int, out: torch.Tensor, partials: Partials,
+                  kv_start: torch.Tensor | None = None, slot_base: torch.Tensor | None = None, *,
+                  num_sms: int | None = None, min_split_len: int = MIN_SPLIT_LEN, block_n: int | None = None,
+                  num_warps: int | None = None, num_stages: int = 3) -> None:
+    """Stage 1: every sequence's keys cut into splits by the launch rule, each split's partial result in a merge
+    slot (or, for a sequence of one split and no slot before it, straight into `out`). With `kv_start` and
+    `slot_base` (cascade's suffix pass) sequence b reads the `seq_lens[b]` keys from position `kv_start[b]` on,
+    and its splits take the slots from `slot_base[b]` on."""
+    B, Hq, D = q.shape
+    _, block_size, Hkv, _ = k_cache.shape
+    if not 1 <= max_splits <= MAX_SPLITS:
+        raise ValueError(f"max_splits must be in 1..{MAX_SPLITS}, got {max_splits}")
+    suffix = kv_start is not None
     sms = num_sms or _sm_count(q.device)
     tile_n, warps = DECODE_TILE.get(D, (64, 4))
     group = Hq // Hkv
-    mid_o = torch.empty(B, Hq, max_splits, D, dtype=torch.float32, device=q.device)  # untouched with one split
-    mid_lse = torch.empty(B, Hq, max_splits, dtype=torch.float32, device=q.device)
-    num_splits = torch.empty(B, dtype=torch.int32, device=q.device)
     _decode_split_kernel[(Hkv, B, max_splits)](
-        q, k_cache, v_cache, block_table, seq_lens, out, mid_o, mid_lse, num_splits,
-        q.stride(0), out.stride(0), block_table.stride(0), B, max_splits, min_split_len, PROGRAMS_PER_SM * sms,
-        FILL_PER_SM * sms, LOG2E / math.sqrt(D),
+        q, k_cache, v_cache, block_table, seq_lens, kv_start if suffix else seq_lens,
+        slot_base if suffix else seq_lens, out, partials.mid_o, partials.mid_lse, partials.num_splits,
+        q.stride(0), out.stride(0), block_table.stride(0), B, max_splits, partials.num_slots, min_split_len,
+        PROGRAMS_PER_SM * sms, FILL_PER_SM * sms, LOG2E / math.sqrt(D),
         H_KV=Hkv, GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HEAD_DIM=D,
-        BLOCK_SIZE=block_size, BLOCK_N=block_n or tile_n, IEEE=q.dtype == torch.float32,
+        BLOCK_SIZE=block_size, BLOCK_N=block_n or tile_n, IEEE=q.dtype == torch.float32, SUFFIX=suffix,
         num_warps=num_warps or warps, num_stages=num_stages)
+
+
+def merge_partials(partials: Partials, out: torch.Tensor) -> None:
+    """Stage 2: every sequence that filled more than one slot gets the merge of its slots in `out`."""
+    B, Hq, D = out.shape
+    _merge_splits_kernel[(Hq, B)](partials.mid_o, partials.mid_lse, partials.num_splits, out, out.stride(0),
+                                  partials.num_slots, H_Q=Hq, HEAD_DIM=D,
+                                  SPLITS_PAD=max(2, triton.next_power_of_2(partials.num_slots)))
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+                           seq_lens: torch.Tensor, max_splits: int | None = None, out: torch.Tensor | None = None,
+                           partials: Partials | None = None, **tuning) -> torch.Tensor:
+    """q [B, H_q, D] (the one new token of each sequence); k_cache/v_cache one layer of the pool
+    [num_blocks, block_size, H_kv, D]; block_table [B, max_blocks] (int32 or int64); seq_lens [B] >= 1,
+    counting the new token, whose K/V must already be stored. Returns [B, H_q, D].
+
+    `max_splits` is the grid's split axis, a host integer: `num_kv_splits(longest context)`, by default the
+    bound for the block table's width. The lengths are read on the device only, so the launch can be captured
+    in a CUDA graph and replayed with other `seq_lens`. `partials` (at least `max_splits` slots) lets a caller
+    reuse one buffer for every layer of a step instead of allocating one per launch. `tuning` (`decode_splits`'s
+    keywords): `num_sms` (default: the device's) and `min_split_len` set the rule; the tile and warp defaults
+    (`DECODE_TILE`) are the best of `measure/kernels.py --part sweep` on an H200."""
+    out = check_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, out)
+    if max_splits is None:
+        max_splits = num_kv_splits(block_table.shape[1] * k_cache.shape[1], tuning.get("min_split_len",
+                                                                                       MIN_SPLIT_LEN))
+    B, Hq, D = q.shape
+    if B == 0:
+        return out
+    if partials is None or partials.num_slots < max_splits or partials.mid_o.shape[:2] != (B, Hq):
+        partials = Partials.empty(B, Hq, D, max_splits, q.device)  # untouched with one split
+    decode_splits(q, k_cache, v_cache, block_table, seq_lens, max_splits, out, partials, **tuning)
     if max_splits > 1:  # with one split every sequence was written by the first kernel
-        _merge_splits_kernel[(Hq, B)](mid_o, mid_lse, num_splits, out, out.stride(0), max_splits,
-                                      H_Q=Hq, HEAD_DIM=D, SPLITS_PAD=max(2, triton.next_power_of_2(max_splits)))
+        merge_partials(partials, out)
     return out

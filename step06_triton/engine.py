@@ -19,7 +19,8 @@ from step04_radix import RadixKVCacheManager
 from step04_radix.policy import make_policy
 from step05_bridge import BridgeKVCacheManager
 
-from .cuda_graph import CUDAGraphRunner
+from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
+from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
 from .overlap import OverlapEngine, check_no_speculation
 from .triton_attention import TritonPagedAttention
 
@@ -33,19 +34,24 @@ PREFIX_CACHES = {  # the cache manager of each chapter
 
 
 def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_backend: str = "triton",
-                cuda_graphs: bool = False, fuse: bool = False, overlap: bool = False, host_blocks: int = 0,
-                policy: str = "fcfs", **config) -> Engine:
+                cuda_graphs: bool = False, fuse: bool = False, overlap: bool = False, cascade: bool = False,
+                host_blocks: int = 0, policy: str = "fcfs", cascade_min_tokens: int = MIN_TOKENS,
+                cascade_min_seqs: int = MIN_SEQS, **config) -> Engine:
     """Chapter 2's engine (`overlap`: chapter 6's `OverlapEngine`) with chapter `prefix_cache`'s manager, `config`
     (EngineConfig's fields), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU;
-    `host_blocks` > 0 puts chapter 5's host tier under the bridge; `policy` orders the waiting queue (chapter 4's
-    `fcfs`, `lpm` or `dfs-weight`). Every option is checked before anything is built."""
+    `cascade`: decode steps read each prefix shared by `cascade_min_seqs` rows or more, `cascade_min_tokens` long
+    or more, once (Triton only); `host_blocks` > 0 puts chapter 5's host tier under the bridge; `policy` orders
+    the waiting queue (chapter 4's `fcfs`, `lpm` or `dfs-weight`). Every option is checked before anything is
+    built."""
     if attention_backend not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {sorted(BACKENDS)}, got {attention_backend!r}")
     if prefix_cache not in PREFIX_CACHES:
         raise ValueError(f"prefix_cache must be one of {sorted(PREFIX_CACHES)}, got {prefix_cache!r}")
-    for name, value in (("cuda_graphs", cuda_graphs), ("fuse", fuse), ("overlap", overlap)):
+    for name, value in (("cuda_graphs", cuda_graphs), ("fuse", fuse), ("overlap", overlap), ("cascade", cascade)):
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be True or False, got {value!r}")
+    if cascade and attention_backend != "triton":
+        raise ValueError("cascade attention is a Triton kernel: use attention_backend='triton'")
     if cuda_graphs and attention_backend != "triton":
         raise ValueError("cuda_graphs replays the Triton decode step: use attention_backend='triton'")
     if fuse and not cuda_graphs:
@@ -59,8 +65,14 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks) if host_blocks else \
         PREFIX_CACHES[prefix_cache]
     runner = functools.partial(CUDAGraphRunner, fuse=fuse) if cuda_graphs else ModelRunner
-    engine = (OverlapEngine if overlap else Engine)(model, engine_config, manager, BACKENDS[attention_backend],
-                                                    order, runner)
+    args = (model, engine_config, manager, BACKENDS[attention_backend], order, runner)
+    if cascade:
+        engine = (CascadeOverlapEngine if overlap else CascadeEngine)(
+            *args, cascade_min_tokens=cascade_min_tokens, cascade_min_seqs=cascade_min_seqs)
+    else:
+        engine = (OverlapEngine if overlap else Engine)(*args)
     if cuda_graphs:
-        engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs)
+        engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs,
+                              max_extend=min(EXTEND_SIZES[-1], engine.config.max_num_batched_tokens),
+                              cascade_min_seqs=cascade_min_seqs if cascade else None)
     return engine

@@ -1,14 +1,23 @@
-"""Pictures of chapter 6 (DOT source; `python -m course figures` writes figures/split_kv.{dot,svg}).
+"""Pictures of chapter 6 (DOT source; `python -m course figures` writes figures/*.{dot,svg}).
 
 `split_kv_dot` draws one sequence's split-KV decode: which program (one per KV head and split) walks which
-tiles of the context, and where each tile's tokens live in the pool through the block table.
+tiles of the context, and where each tile's tokens live in the pool through the block table. `cascade_dot` draws
+a decode step with cascade attention from a cache's real state: the tree nodes that running requests share, the
+prefix pass that reads each shared node's blocks once for all of them, each request's suffix pass, and the merge.
 """
 from __future__ import annotations
 
 import sys
 
-from course.draw import Dot
-from step02_paged.geometry import cdiv
+from course.draw import Dot, word_ids, words
+from step01_kvcache.request import SamplingParams
+from step02_paged.cache_manager import CacheManager
+from step02_paged.geometry import PoolGeometry, cdiv
+from step02_paged.pictures import CHATS, SYSTEM, run_step
+from step02_paged.sequence import Sequence
+from step05_bridge import BridgeKVCacheManager
+
+from .cascade import CascadeGroup, CascadeMetadata
 
 SPLIT_COLORS = ["#fde293", "#ceead6", "#d2e3fc", "#f6aea9", "#e6d3f5", "#fbd2b4"]
 
@@ -62,11 +71,68 @@ def split_kv_dot(block_table: list[int], seq_len: int, block_size: int, num_spli
     return dot.source()
 
 
+def cascade_scenario() -> tuple[BridgeKVCacheManager, list[Sequence]]:
+    """Chapter 2's three chats on the bridge (4-token blocks), each asked twice: with the system prompt and
+    without (`<s> user What is ...`), all prefilled and decoding. Two prompts, so two groups share two prefixes."""
+    kv = BridgeKVCacheManager(PoolGeometry(24, 4))
+    seqs = []
+    for i, (question, _) in enumerate(CHATS * 2):
+        system = SYSTEM if i < len(CHATS) else "<s>"
+        seqs.append(kv.new_sequence(i, word_ids(f"{system} {question}"), SamplingParams(max_new_tokens=4)))
+    for seq in seqs:
+        run_step(kv, seq, word_ids("It")[0])  # the prefill, and the first token
+    return kv, seqs
+
+
+def cascade_dot(kv: CacheManager, seqs: list[Sequence], num_heads: int = 9, num_kv_heads: int = 3,
+                head_dim: int = 64, name: str = "cascade") -> str:
+    """One decode step of `seqs` with cascade attention (the heads of SmolLM2 by default): the groups the cache
+    finds (`shared_prefixes`), the prefix pass's programs per group (tiles of its queries x splits of its prefix,
+    each reading the group's shared blocks once), each row's suffix pass from where its group's prefix ends, and
+    the merge of every row's parts."""
+    shared = kv.shared_prefixes(seqs)
+    groups = [CascadeGroup(tuple(seqs.index(s) for s in p.seqs), p.num_blocks * kv.block_size) for p in shared]
+    lens = [s.num_tokens for s in seqs]  # each row's context once its new token is stored
+    md = CascadeMetadata.build(groups, lens, num_heads, num_kv_heads, head_dim, "cpu", num_sms=1)
+    dot = Dot(name, rankdir="LR", nodesep="0.15", ranksep="0.5")
+    dot.node("step", f"decode step: {len(seqs)} rows, {num_heads} query heads over {num_kv_heads} KV heads",
+             shape="plaintext", fillcolor="white")
+    tree = getattr(kv, "tree", None)
+    for g, (grp, prefix) in enumerate(zip(groups, shared)):
+        blocks = prefix.seqs[0].block_table[: prefix.num_blocks]
+        text = words(prefix.seqs[0].all_token_ids[: grp.prefix_len])
+        where = ""
+        if tree is not None:  # the deepest node on every member's locked path
+            common = set.intersection(*(set(tree.path(s.last_node)) for s in prefix.seqs))
+            node = max(common, key=tree.depth)
+            where = f"\ntree node #{node.id}: {tree.depth(node)} tokens, lock_ref {node.lock_ref}"
+        dot.node(f"shared{g}", f"shared by rows {list(grp.rows)}\n\"{text}\"\nblocks {blocks}{where}",
+                 fillcolor="#fde293")
+        tiles = cdiv(len(grp.rows) * (num_heads // num_kv_heads), md.block_m)
+        splits = int(md.group_splits[g])
+        dot.node(f"prefix{g}", f"prefix pass, group {g}: {num_kv_heads} KV heads x {tiles} tile(s) of "
+                 f"{len(grp.rows)} rows x {num_heads // num_kv_heads} heads x {splits} split(s)\n"
+                 f"tokens 0..{grp.prefix_len - 1}, read once", fillcolor="#d2e3fc")
+        dot.edge(f"shared{g}", f"prefix{g}", "K/V once")
+    grouped = {r: g for g, grp in enumerate(groups) for r in grp.rows}
+    for r, seq in enumerate(seqs):
+        start, own = int(md.kv_start[r]), seq.block_table[int(md.kv_start[r]) // kv.block_size:]
+        dot.node(f"suffix{r}", f"row {r} (seq {seq.seq_id}): suffix pass\ntokens {start}..{lens[r] - 1}, blocks "
+                 f"{own}", fillcolor="#ceead6")
+        dot.node(f"merge{r}", f"row {r}: merge by log-sum-exp" if r in grouped else f"row {r}: as plain decode",
+                 fillcolor="white")
+        dot.edge(f"suffix{r}", f"merge{r}")
+        if r in grouped:
+            dot.edge(f"prefix{grouped[r]}", f"merge{r}", "o, lse", style="dashed")
+    return dot.source()
+
+
 def lesson_figures() -> dict[str, str]:
     """The README's example: 70 tokens in blocks of 16 scattered over a 10-block pool, a grid of 4 programs per
     KV head and 32-token tiles: three splits of one tile, and the fourth program returns at once."""
     return {"split_kv": split_kv_dot([7, 2, 9, 0, 5], seq_len=70, block_size=16, num_splits=4, block_n=32,
-                                     num_blocks=10)}
+                                     num_blocks=10),
+            "cascade": cascade_dot(*cascade_scenario())}
 
 
 if __name__ == "__main__":  # the chapter's figures alone: `python -m course figures` draws every chapter's

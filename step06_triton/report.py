@@ -1,9 +1,10 @@
-"""`python -m step06_triton.report [--write]`: the chapter's tables and plots, from results/h200.json (kernels) and
-results/h200_engine.json (the engine, engine_report.py).
+"""`python -m step06_triton.report [--write]`: the chapter's tables and plots, from results/h200.json (kernels),
+results/h200_engine.json (the engine, measure/engine_report.py) and results/h200_cascade.json (cascade attention).
 
-Runs on a CPU: it only reads the JSON that `python -m step06_triton.bench --part kernels --out
-step06_triton/results/h200.json` and `python -m step06_triton.e2e --out step06_triton/results/h200_engine.json`
-wrote on the GPU. Prints the markdown that README.md shows between its
+Runs on a CPU: it only reads the JSON that `python -m step06_triton.measure.kernels --part kernels --out
+step06_triton/results/h200.json`, `python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json`
+and `python -m step06_triton.measure.cascade --out step06_triton/results/h200_cascade.json` wrote on the GPU.
+Prints the markdown that README.md shows between its
 `results` markers; `--write` also puts it there, with the launch rule's before / after between the `split-rule`
 markers of the Theory, and redraws results/roofline.svg.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from course import report as course_report
 from course.report import met
 
-from . import engine_report
+from .measure import cascade_report, engine_report
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
@@ -186,8 +187,9 @@ def headline() -> str:
 
 
 def block(res: dict, engine: dict) -> str:
-    """The README's results block: the kernels' tables, then the engine's."""
-    return tables(res) + "\n" + engine_report.tables(engine) + "\n"
+    """The README's results block: the kernels' tables, then the engine's, then cascade attention's."""
+    cascade = cascade_report.tables(cascade_report.load())
+    return tables(res) + "\n" + engine_report.tables(engine) + "\n" + cascade + "\n"
 
 
 @course_report.register("step06", headline, BEGIN)

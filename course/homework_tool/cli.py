@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 from ..paths import shown
@@ -15,11 +18,25 @@ from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start
 
 
 def _emit(obj: dict, output: Path | None) -> None:
-    """One JSON object: to `output`, or as the last line of stdout."""
+    """One JSON object: to `output`, or as the last line of stdout. The file is written whole or not at all (a
+    temporary file renamed over it), after `check` has killed every process the tests started."""
     text = json.dumps(obj)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text + "\n")
+        fd, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
+            os.replace(temporary, output)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
         print(f"wrote {shown(output)}")
     else:
         print(text)
@@ -27,7 +44,11 @@ def _emit(obj: dict, output: Path | None) -> None:
 
 def _print_report(result: dict, chapter: str) -> None:
     print(f"{result['chapter']}: checking {shown(Path(result['copy']))}")
-    if result["error"]:
+    if result.get("tampering"):
+        print("\nTAMPERING: the check cannot trust this run, so every task scores 0:")
+        for what in result["tampering"]:
+            print(f"  - {what}")
+    elif result["error"]:
         print(f"\n{result['error']}")
     for note in result.get("notes", []):
         print(f"note: {note}")

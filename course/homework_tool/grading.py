@@ -1,20 +1,23 @@
 """Grading a student copy: plan the run of its chapter's tests, run it, and score each task from what ran.
 
 Scoring rule: a task earns its points (`points=N` on its markers, default 1) when it has at least one test,
-none of its tests fails or errors, and at least one passes (skips are neutral). Untagged tests are reported
-but do not score. A test module that cannot even be collected zeroes every task, since its tests cannot be
-attributed. In a student release (course/homework_tool/release.py) there is no reference: the earlier chapters a
-chapter builds on are stubbed too, so they come from the student's own copies when there are any.
+none of its tests fails or errors, and at least one passes (skips are neutral; a skip raised from the student's
+code is a failure). Untagged tests are reported but do not score. A test module that cannot even be collected
+zeroes every task, since its tests cannot be attributed; tampering (see runner.py and integrity.py) zeroes the
+whole check. The points come from the markers as `plan` reads them, before any student code runs. In a student
+release (course/homework_tool/release.py) there is no reference: the earlier chapters a chapter builds on are
+stubbed too, so they come from the student's own copies when there are any.
 """
 from __future__ import annotations
 
-import json
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from ..paths import REPO_ROOT, shown
+from .integrity import Snapshot, read_manifest
 from .markers import MarkerError, is_stub
-from .runner import Run, run_workers
+from .runner import Ended, Job, Run, run_workers
 from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, resolve_chapter, task_points
 
 RULE = ("a task earns its points (1 unless its marker says points=N) when all of its tests pass "
@@ -40,13 +43,44 @@ def plan(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, e
     earlier = earlier_chapters(package, dest, root)
     return Run(package, str(dest), [str(p) for p in tests], str(root), float(timeout),
                list(tasks) if tasks is not None else None, built_on=[e.package for e in earlier if e.from_copy],
-               notes=[note for e in earlier if (note := e.note())])
+               notes=[note for e in earlier if (note := e.note())], points=task_points(find_tasks(package, root)))
 
 
 def execute(runs: list[Run], total_timeout: float = 1800.0, workers: int = 1, verbose: bool = False) -> list[dict]:
-    """Run `runs` in `workers` worker processes (each imports torch once) and grade each run."""
-    ended = run_workers(runs, total_timeout, workers, verbose)
-    return [_summarize(run, *what) for run, what in zip(runs, ended, strict=True)]
+    """Run `runs` in `workers` worker processes (each imports torch once) and grade each run.
+
+    Before any worker starts, each run's tests, config and points are read (and, in a release, checked against
+    its manifest); the workers run a private copy of them. Afterwards, a change to that copy or to the course's
+    own files is tampering (undone in a release), and so is whatever the workers' channel showed."""
+    snapshots = [Snapshot.take(run.package, Path(run.rootdir), run.tests, run.points or
+                               task_points(find_tasks(run.package, Path(run.rootdir)))) for run in runs]
+    for run, snap in zip(runs, snapshots, strict=True):
+        run.points = snap.points
+    ended = [Ended(tampering=list(snap.tampering)) for snap in snapshots]
+    with tempfile.TemporaryDirectory(prefix="kvcourse-check-") as tmp:
+        jobs, which = [], []
+        for i, (run, snap) in enumerate(zip(runs, snapshots, strict=True)):
+            if snap.tampering:
+                continue  # nothing to run: the tests are not the instructor's
+            task = (run.tasks or list(run.points) or [None])[0]
+            snap.private(Path(tmp) / f"run{i}", task)
+            jobs.append(Job(run, str(snap.copy), [str(snap.copy / t) for t in snap.tests],
+                            str(snap.copy / "pyproject.toml"), snap.canaries, snap.secret, snap.expected))
+            which.append(i)
+        try:
+            for i, result in zip(which, run_workers(jobs, Path(tmp), total_timeout, workers, verbose), strict=True):
+                ended[i] = result
+        finally:
+            for i in which:
+                if changed := snapshots[i].private_changes():
+                    ended[i].tampering.append(f"the grader's private copy of the tests changed during the run: "
+                                              f"{', '.join(changed[:5])}")
+    for snap, e in zip(snapshots, ended, strict=True):
+        if changed := snap.course_changes():
+            e.tampering.append("the course's files changed during the run: " + "; ".join(changed)
+                               + (" (restored)" if snap.release else ""))
+        e.notes[:0] = snap.notes
+    return [_summarize(run, e) for run, e in zip(runs, ended, strict=True)]
 
 
 def check(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, extra_tests: Path | str | None = None,
@@ -61,51 +95,19 @@ def _counts() -> dict[str, int]:
     return {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "total": 0}
 
 
-def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
-    """Per-task counts and points from the worker's events; `stopped` says why the worker ended early."""
-    events = [json.loads(line) for line in log.splitlines() if line.strip()]
-    worth = task_points(find_tasks(run.package, Path(run.rootdir)))
-    order = list(worth)
-    marked = set(order)
-    collected: dict[str, list[str]] = {}
-    unknown: set[str] = set()
-    results: dict[str, tuple[str, str, bool]] = {}
-    frames: dict[str, list[list]] = {}  # failing test -> [file, line] of the copy its exception went through
-    started, exit_code, seconds, error, collect_errors = None, None, None, None, []
-    for e in events:
-        kind = e["event"]
-        if kind == "collected":
-            collected = {t["nodeid"]: t["tasks"] for t in e["tests"]}
-            unknown = set(e["tags"]) - marked
-        elif kind == "start":
-            started = e["nodeid"]
-        elif kind == "result":
-            results[e["nodeid"]] = (e["outcome"], e["message"], e["timeout"])
-            frames[e["nodeid"]] = e.get("frames", [])
-        elif kind == "collect_error":
-            collect_errors.append({"nodeid": e["nodeid"], "message": e["message"]})
-        elif kind == "import_error":
-            error = f"the copy does not import:\n{e['message']}"
-        elif kind == "fatal":
-            raise CheckError(e["message"])
-        elif kind == "done":
-            exit_code, seconds = e["exit_code"], e["seconds"]
-    if exit_code is None and error is None:
-        if not stopped:
-            raise CheckError(f"the check ended without a result; its output ended with:\n{output}")
-        error = f"stopped: {stopped}" + (f"; its output ended with:\n{output[-1000:]}" if "died" in stopped else "")
-    if exit_code in (2, 3, 4) and not collected:
-        raise CheckError(f"pytest could not run (exit code {exit_code}); its output ended with:\n{output}")
-    for nodeid in collected:  # pytest stopped early: blame the running test, the others never ran
-        if nodeid not in results:
-            why = stopped or f"pytest stopped early (exit code {exit_code})"
-            results[nodeid] = ("failed", why, False) if nodeid == started else ("error", f"not run: {why}", False)
-
-    tasks = {t: _counts() for t in (order if run.tasks is None else run.tasks)}
+def _summarize(run: Run, ended: Ended) -> dict:
+    """Per-task counts and points from what the grader verified of the run."""
+    if ended.fatal:
+        raise CheckError(ended.fatal)
+    worth = run.points
+    marked = set(worth)
+    if ended.exit_code in (2, 3, 4) and not ended.tests and not ended.error and not ended.tampering:
+        raise CheckError(f"pytest could not run (exit code {ended.exit_code}); its output ended with:\n{ended.output}")
+    tasks = {t: _counts() for t in (list(worth) if run.tasks is None else run.tasks)}
     untagged, failures = _counts(), []
     field = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped"}
-    for nodeid, names in collected.items():
-        outcome, message, timed_out = results[nodeid]
+    for nodeid, names in ended.tests.items():
+        outcome, message, timed_out = ended.results[nodeid]
         buckets = [tasks[n] for n in names if n in tasks] or ([] if marked & set(names) else [untagged])
         for bucket in buckets:
             bucket[field[outcome]] += 1
@@ -113,16 +115,21 @@ def _summarize(run: Run, log: str, stopped: str | None, output: str) -> dict:
         if outcome in ("failed", "error"):
             failures.append({"nodeid": nodeid, "tasks": names, "outcome": "timeout" if timed_out else outcome,
                              "message": message})
-    bodies = _bodies(Path(run.dest), run.package, failures, frames)
+    bodies = _bodies(Path(run.dest), run.package, failures, ended.frames)
     rows = []
     for task, c in tasks.items():
-        earned = not collect_errors and c["passed"] > 0 and c["failed"] == c["errors"] == 0
+        clean = not ended.collect_errors and not ended.tampering
+        earned = clean and c["passed"] > 0 and c["failed"] == c["errors"] == 0
         rows.append({"id": task, **c, "points": worth[task] if earned else 0, "max_points": worth[task],
                      "bodies": bodies.get(task, [])})
+    error = ended.error
+    if ended.tampering:
+        error = "tampering: " + "; ".join(ended.tampering) + ". Every task scores 0." + (f"\n{error}" if error else "")
     return {"chapter": run.package, "copy": str(Path(run.dest) / run.package), "tasks": rows,
             "score": sum(r["points"] for r in rows), "max_score": sum(r["max_points"] for r in rows),
-            "untagged": untagged, "unknown_tasks": sorted(unknown), "failures": failures,
-            "collect_errors": collect_errors, "error": error, "seconds": seconds, "notes": run.notes, "rule": RULE}
+            "untagged": untagged, "unknown_tasks": sorted(set(ended.tags) - marked), "failures": failures,
+            "collect_errors": ended.collect_errors, "error": error, "seconds": ended.seconds,
+            "notes": [*run.notes, *ended.notes], "rule": RULE, "tampering": ended.tampering}
 
 
 def _bodies(dest: Path, package: str, failures: list[dict], frames: dict[str, list[list]]) -> dict[str, list[dict]]:
@@ -170,10 +177,11 @@ def unrunnable(chapter: str, message: str, root: Path | None) -> dict:
     """A zero result for a check that could not run (Gradescope still needs a results file)."""
     try:
         package, _ = resolve_chapter(chapter, root)
-        worth = task_points(find_tasks(package, root))
+        shipped = (read_manifest((root or REPO_ROOT).resolve()) or {}).get("tasks", {}).get(package)
+        worth = shipped if shipped is not None else task_points(find_tasks(package, root))
     except (CheckError, MarkerError):
         package, worth = chapter, {}
     rows = [{"id": t, **_counts(), "points": 0, "max_points": p, "bodies": []} for t, p in worth.items()]
     return {"chapter": package, "copy": "", "tasks": rows, "score": 0, "max_score": sum(worth.values()),
             "untagged": _counts(), "unknown_tasks": [], "failures": [], "collect_errors": [], "error": message,
-            "seconds": None, "notes": [], "rule": RULE}
+            "seconds": None, "notes": [], "rule": RULE, "tampering": []}

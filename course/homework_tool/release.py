@@ -10,7 +10,9 @@ anything is written, the release is searched for the bodies it stubs (leaks.py):
 renamed or not, stops the release.
 
 In the release there is no reference: the tests of a stubbed chapter fail (they do not crash the run),
-the homework proof skips, and `homework check` grades the student's copies as it does here.
+the homework proof skips, and `homework check` grades the student's copies as it does here. The release's
+.course-release holds a manifest (integrity.py): the sha256 of every test file, conftest.py and the pytest
+config, and every task's points, which `check` verifies before and after each run.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..paths import REPO_ROOT, shown
+from .integrity import MARKER, manifest
 from .leaks import describe, leaks_in
 from .markers import make_stub
 from .tasks import CheckError, find_tasks, select_chapters, task_points
@@ -31,7 +34,6 @@ INSTRUCTOR_ONLY = ("instructors", "tests/instructors")
 # What a release is made of when the course is not a git checkout: everything but these.
 _NOT_SOURCE = {".git", ".venv", "homework", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
                ".ipynb_checkpoints", "build", "dist", ".gl"}
-MARKER = ".course-release"  # a JSON file at the top of every release: what was stubbed, from which commit
 
 
 def is_instructor_only(relative: Path) -> bool:
@@ -109,7 +111,8 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
         (dest / "ruff.toml").write_text(_ruff_config(stubbed))
     commit = (_git(root, "rev-parse", "HEAD") or "").strip() or None
     tasks = {p: task_points(find_tasks(p, dest)) for p in stubbed}
-    (dest / MARKER).write_text(json.dumps({"stubbed": tasks, "from_commit": commit}, indent=1) + "\n")
+    (dest / MARKER).write_text(json.dumps({"stubbed": tasks, "from_commit": commit, "manifest": manifest(dest)},
+                                          indent=1) + "\n")
     return dest
 
 

@@ -143,7 +143,7 @@ def _hash_hit(a: list[int], b: list[int], block_size: int = 16) -> int:
 
 def _long_on_the_gpu() -> tuple[int, int]:
     """Chapter 6's `long` workload: (prompt tokens, tokens a warm request computes past its cached blocks)."""
-    from step06_triton.e2e import workload
+    from step06_triton.measure.engine import workload
 
     prompts, _ = workload("long", SMOLLM2_135M["vocab_size"])
     shared = next(i for i, (x, y) in enumerate(zip(prompts[0], prompts[1])) if x != y)
@@ -645,8 +645,8 @@ def test_step06_q1_intensity_and_ridge():
 
 
 def test_step06_q2_splitting_a_ragged_batch():
-    from step06_triton.bench import RAGGED, ragged_lengths
     from step06_triton.decode_attention import DECODE_TILE, FILL_PER_SM, MIN_SPLIT_LEN, PROGRAMS_PER_SM, split_plan_host
+    from step06_triton.measure.kernels import RAGGED, ragged_lengths
 
     res = _h200()["kernels"]
     sms = res["machine"]["sms"]
@@ -736,6 +736,45 @@ def test_step06_q9_the_warm_requests_floor():
          f"{long['cache_on']['cold_ms']} ms", f"token bound ({long['token_bound']}x)",
          f"**{long['cache_on']['cold_ms'] / long['token_bound']:.2f} ms**",
          f"for a {new}-token chunk ({SMOLLM2_135M['num_heads']} programs per layer on {sms} SMs)")
+
+
+def test_step06_q10_bytes_with_and_without_cascade():
+    cfg, layers = SMOLLM2_135M, SMOLLM2_135M["num_layers"]
+    per_layer = 2 * cfg["num_kv_heads"] * cfg["head_dim"] * torch.bfloat16.itemsize
+    per_token = per_layer * layers
+    batch, prefix, own = 256, 4096, 64
+    plain, cascade, two = batch * (prefix + own), prefix + batch * own, 2 * prefix + batch * own
+    group = cfg["num_heads"] // cfg["num_kv_heads"]
+    says("step06", 10, f"**{per_layer} bytes** per layer", f"**{per_token:,} bytes** over {layers} layers",
+         f"{batch} × ({prefix:,} + {own}) = **{plain:,} tokens**", f"**{plain * per_token / 1e9:.1f} GB** per step",
+         f"{prefix:,} + {batch} × {own} = **{cascade:,} tokens**", f"**{cascade * per_token / 1e9:.2f} GB**",
+         f"**{plain // cascade}x** fewer", f"{batch} × {group} queries", f"**{batch * group} FLOP/byte**",
+         f"decode's was `g` = {group}", "finds **0** common blocks", f"two groups of {batch // 2}",
+         f"2 × {prefix:,} + {batch} × {own} = **{two:,} tokens**", f"**{two * per_token / 1e9:.2f} GB**")
+    assert plain % cascade == 0 and prefix == 4096
+
+
+def test_step06_q11_a_short_chunk_splits_its_prefix():
+    from step06_triton.extend_attention import (
+        FILL_PER_SM,
+        LONG_CHUNK_TILE,
+        MIN_SPLIT_LEN,
+        SHORT_CHUNK_TILE,
+        extend_splits,
+    )
+
+    heads, sms, new, prefix = SMOLLM2_135M["num_heads"], 132, 38, 2080
+    block = SHORT_CHUNK_TILE[0]
+    programs = -(-new // block) * heads
+    splits = extend_splits(1, new, prefix, heads, block, sms)
+    long_blocks = 8192 // LONG_CHUNK_TILE[0]
+    says("step06", 11, f"1 block × {heads} heads × 1 sequence = **{programs} programs**",
+         f"walking {prefix + new:,} keys", f"below {FILL_PER_SM} programs per SM (**{FILL_PER_SM * sms}**)",
+         f"`min(⌈{FILL_PER_SM * sms} / {programs}⌉, ⌈{prefix:,} / {MIN_SPLIT_LEN}⌉, 16)` = **{splits} splits**",
+         f"**{splits * programs} programs**",
+         f"tiles of {LONG_CHUNK_TILE[0]} rows: {long_blocks} query blocks × {heads} heads = "
+         f"**{long_blocks * heads} programs**")
+    assert extend_splits(1, 8192, prefix, heads, LONG_CHUNK_TILE[0], sms) == 1
 
 
 # ---------------------------------------------------------------- the audit: keep it last

@@ -27,19 +27,39 @@ def test_cuda_graphs_give_the_eager_tokens(model, fuse, overlap):
     engine = make_engine(model, "bridge", "triton", cuda_graphs=True, fuse=fuse, overlap=overlap, num_blocks=256,
                          block_size=16, max_num_seqs=6, max_num_batched_tokens=64)
     assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected
-    decode_replays = engine.model.replays
+    decode_replays = engine.runner.replays
     assert decode_replays > 0, "no decode step was replayed from a graph"
     one_by_one = [engine.generate([p], params)[0] for p in prompts]  # hits run their last tokens as one chunk
     assert [o.output_ids for o in one_by_one] == expected
-    assert engine.model.replays > decode_replays + len(prompts) * (params.max_new_tokens - 1)
+    assert engine.runner.replays > decode_replays + len(prompts) * (params.max_new_tokens - 1)
     engine.check_invariants()
+
+
+@pytest.mark.parametrize("design,block_size", [("hash", 16), ("radix", 1), ("bridge", 16)])
+@pytest.mark.parametrize("graphs", [False, True])
+def test_cascade_gives_the_tokens_of_plain_decode(model, design, block_size, graphs):
+    """Requests behind two system prompts (one for the hash, whose ref counts only see a prefix common to all):
+    decode steps read each shared prefix once, eagerly or from the cascade graphs, with the same tokens."""
+    g = torch.Generator().manual_seed(1)
+    ids = lambda n: torch.randint(3, 250, (n,), generator=g).tolist()  # noqa: E731
+    systems = [ids(300)] if design == "hash" else [ids(300), ids(270)]
+    prompts = [systems[i % len(systems)] + ids(1 + i % 7) for i in range(12)]
+    prompts, params, expected = with_reference(model, prompts, new_tokens=6)
+    engine = make_engine(model, design, "triton", cuda_graphs=graphs, cascade=True, cascade_min_tokens=128,
+                         cascade_min_seqs=4, num_blocks=2048 // block_size, block_size=block_size, max_num_seqs=12,
+                         max_num_batched_tokens=4096)
+    drive_to_end(engine, [system + [1] for system in systems], params)  # the system prompts are cached
+    assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected
+    if graphs:
+        assert engine.runner.cascades, "no cascade graph was captured"
 
 
 def test_a_launch_never_waits_for_the_device(model):
     """Everything between two reads of sampled tokens is queued without a host-device synchronisation:
-    PyTorch's sync debug mode turns any such wait inside `_launch` into an error."""
-    prompts, params, expected = with_reference(model, shared_prompts(6, seed=2), new_tokens=8)
-    engine = make_engine(model, "bridge", "triton", cuda_graphs=True, overlap=True, num_blocks=256, block_size=16,
+    PyTorch's sync debug mode turns any such wait inside `_launch` into an error (cascade included)."""
+    prompts, params, expected = with_reference(model, shared_prompts(6, seed=2, stem=200), new_tokens=8)
+    engine = make_engine(model, "bridge", "triton", cuda_graphs=True, overlap=True, cascade=True,
+                         cascade_min_tokens=32, cascade_min_seqs=2, num_blocks=256, block_size=16,
                          max_num_seqs=4, max_num_batched_tokens=48)
     launch = engine._launch
 

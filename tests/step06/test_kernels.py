@@ -22,7 +22,7 @@ from step06_triton.decode_attention import (
     split_plan,
     split_plan_host,
 )
-from step06_triton.extend_attention import extend_attention
+from step06_triton.extend_attention import extend_attention, extend_splits
 from step06_triton.store_kvcache import store_kvcache
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -281,6 +281,31 @@ def test_extend_head_dim_128_and_fp16(dtype):
     qsl = torch.tensor([0, 7, 25], dtype=torch.int32, device=DEVICE)
     out = extend_attention(q, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, 18, block_m=16, block_n=16)
     assert_close(out, reference_extend(pool, q, q_lens), dtype)
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_a_short_chunk_after_a_long_prefix_splits_the_prefix(splits, block_size):
+    """The prefix's keys in splits, each with every query block of its sequence, merged by log-sum-exp; a prefix
+    too short to split runs whole, and a sequence without one too."""
+    q_lens = [5, 1, 12, 3, 7]
+    lengths = [60, 41, 70, 9, 7]  # prefixes 55, 40, 58, 6 (shorter than a split) and 0
+    pool = Pool(lengths, block_size, num_kv_heads=3, head_dim=64, seed=splits)
+    q = torch.randn(sum(q_lens), 9, 64, device=DEVICE)
+    qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    out = poisoned(q.shape, q.dtype)
+    extend_attention(q, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, max(q_lens), out=out, block_m=16,
+                     block_n=16, splits=splits, min_split_len=16)
+    assert_close(out, reference_extend(pool, q, q_lens), torch.float32)
+
+
+def test_the_extend_split_rule():
+    """The write-up's warm request (38 tokens after 2,080, SmolLM2's 9 heads): one query block per head, far fewer
+    programs than 4 per SM, so the prefix is split; long chunks fill the GPU with query blocks and are not."""
+    assert extend_splits(1, 38, 2080, 9, 64, 132) == 9  # a split per 256 prefix tokens (59 would fill the GPU)
+    assert extend_splits(1, 38, 8192, 9, 64, 132) == 16  # at most MAX_SPLITS
+    assert extend_splits(4, 2048, 4096, 32, 128, 132) == 1
+    assert extend_splits(1, 38, 300, 9, 64, 132) == 1  # a prefix shorter than two splits
 
 
 # ---- a property over random block tables and lengths ----------------------------------------------------

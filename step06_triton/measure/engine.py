@@ -1,12 +1,13 @@
-"""`python -m step06_triton.e2e [--out FILE] [--quick]`: the course's final engine against Hugging Face `generate`
-on a GPU, and where the time of a step goes.
+"""`python -m step06_triton.measure.engine [--out FILE] [--quick]`: the course's final engine against Hugging Face
+`generate` on a GPU, and where the time of a step goes.
 
 Models: SmolLM2-135M's shape and a Llama-3.2-1B shape, random weights (the real ones do not travel to the GPU
 machine), bf16. Workloads (random token ids, seeded):
 - `random`: 64 requests of 200-600 prompt tokens, 128 new tokens each;
 - `shared_system`: 64 requests behind one 1,536-token system prompt with 16-95 tokens of their own, 128 new;
 - `long`: the Pico-vLLM write-up's benchmark — one request at a time, a 2,083-token shared prefix + 35 tokens of
-  its own; the first request is cold, the others find the prefix cached (time to first token, cold vs warm).
+  its own; the first request is cold, the others find the prefix cached (time to first token, cold vs warm);
+- `host_tier`: chapter 5's host tier on conversations that come back (step05_bridge/tier_bench.py's GPU half).
 Contenders: chapter 5's engine (the bridge cache) on the Triton kernels with fused CUDA-graph steps, synchronous
 (`engine_sync`) and overlapped (`engine_overlap`); on `shared_system` also without a prefix cache
 (`engine_no_cache`); Hugging Face `generate` batched, left-padded, SDPA, with its dynamic and its static cache.
@@ -20,12 +21,9 @@ replay, against the host's clock, and the per-step intervals are kept for the le
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
+import functools
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from statistics import median
@@ -33,28 +31,20 @@ from statistics import median
 import torch
 
 from course.hf import to_hf_model
-from course.tiny import SMOLLM2_135M, tiny_model
+from course.tiny import SMOLLM2_135M
 from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams
-from step01_kvcache.rope import RotaryEmbedding
-from step02_paged import Engine
+from step02_paged import Engine, EngineConfig
 from step02_paged.geometry import cdiv
+from step05_bridge.tier_bench import host_tier_gpu, host_tier_identity_gpu
 
-from .engine import make_engine
+from ..engine import make_engine
+from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model
 
-LLAMA_3_2_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32,
-                    num_kv_heads=8, head_dim=64, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
-                    tie_word_embeddings=True)
-MODELS = {"smollm2_135m": SMOLLM2_135M, "llama_3_2_1b": LLAMA_3_2_1B}
 REQUESTS, NEW_TOKENS, ROUNDS = 64, 128, 3
+BLOCK = EngineConfig.block_size
 GOALS = {("smollm2_135m", "random"): 1.5, ("llama_3_2_1b", "random"): 2.5, ("smollm2_135m", "shared_system"): 2.5}
-
-
-def random_model(shape: dict, dtype: torch.dtype, device: str = "cuda", seed: int = 0) -> Transformer:
-    model = tiny_model(seed, **shape).to(device=device, dtype=dtype)
-    cfg = model.config
-    model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta).to(device)  # fp32 frequencies
-    return model
+graphed_engine = functools.partial(make_engine, attention_backend="triton", cuda_graphs=True, fuse=True)
 
 
 def workload(name: str, vocab: int, seed: int = 0) -> tuple[list[list[int]], int]:
@@ -73,11 +63,12 @@ def workload(name: str, vocab: int, seed: int = 0) -> tuple[list[list[int]], int
 
 
 def engine_for(model: Transformer, prompts: list[list[int]], new_tokens: int, prefix_cache: str = "bridge",
-               overlap: bool = False, graphs: bool = True, attention_backend: str = "triton") -> Engine:
-    """Chapter 5's engine with room for every request at once, 16-token blocks, fused CUDA-graph steps."""
-    blocks = sum(cdiv(len(p) + new_tokens, 16) for p in prompts) + 64
+               overlap: bool = False, graphs: bool = True, attention_backend: str = "triton", **options) -> Engine:
+    """Chapter 5's engine with room for every request at once, the default block size, fused CUDA-graph steps."""
+    blocks = sum(cdiv(len(p) + new_tokens, BLOCK) for p in prompts) + 64
     return make_engine(model, prefix_cache, attention_backend, cuda_graphs=graphs, fuse=graphs, overlap=overlap,
-                       num_blocks=blocks, block_size=16, max_num_seqs=len(prompts), max_num_batched_tokens=8192)
+                       num_blocks=blocks, block_size=BLOCK, max_num_seqs=len(prompts), max_num_batched_tokens=8192,
+                       **options)
 
 
 def run_engine(engine: Engine, prompts: list[list[int]], new_tokens: int) -> tuple[list[list[int]], dict]:
@@ -155,21 +146,6 @@ def throughput(model: Transformer, name: str, rounds: int) -> dict:
 
 # ---- where the time of a decode step goes --------------------------------------------------------------------
 
-def copy_bandwidth() -> float:
-    """Bytes per second of a device-to-device copy (read + written), the ceiling of a memory-bound step."""
-    x = torch.empty(2**29, dtype=torch.bfloat16, device="cuda")
-    y = torch.empty_like(x)
-    for _ in range(3):
-        y.copy_(x)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        y.copy_(x)
-    end.record()
-    torch.cuda.synchronize()
-    return 2 * x.nbytes * 20 / (start.elapsed_time(end) / 1e3)
-
-
 def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_tokens: int) -> dict:
     """One replayed decode step (the largest batch, with the contexts its static buffers hold from the last run):
     kernels, GPU time and the floor its bytes set; then the GPU's busy share of the decode phase and a per-step
@@ -177,10 +153,15 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     graph_model = sync.runner
     size = max(b for b in graph_model.decode_sizes if b <= len(prompts))
     graph = graph_model.graphs["decode", size]
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:  # counts, not times
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
-    kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = len(launched)
+    by_name: dict[str, list[float]] = {}  # the profile of one step: which kernels, how many, how long (µs)
+    for e in launched:
+        by_name.setdefault(e.name[:60], []).append(e.device_time)
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:14]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(30):
@@ -194,7 +175,9 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     context = int(graph_model.seq_lens[:size].sum())
     kv_bytes = context * model.config.kv_bytes_per_token(model.dtype.itemsize)
     bandwidth = copy_bandwidth()
-    out = dict(batch=size, kernels_per_step=kernels, gpu_us_per_step=round(median(times), 1),
+    out = dict(batch=size, kernels_per_step=kernels, kernels_per_layer=round(kernels / model.config.num_layers, 1),
+               kernel_profile=[[name, len(t), round(sum(t), 1)] for name, t in top],
+               gpu_us_per_step=round(median(times), 1),
                weight_bytes=weight_bytes, kv_bytes=kv_bytes, copy_tb_s=round(bandwidth / 1e12, 3),
                floor_us=round((weight_bytes + kv_bytes) / bandwidth * 1e6, 1))
     for name, engine in (("sync", sync), ("overlap", overlap)):
@@ -278,136 +261,32 @@ def long_ttft(model: Transformer) -> dict:
     return result
 
 
-# ---- chapter 5's host tier on the GPU --------------------------------------------------------------------------
-
-def copy_rates(model: Transformer, blocks: int = 256) -> dict:
-    """Host<->device copy bandwidth of K/V blocks (pinned host memory), and prefill throughput: what decides
-    whether bringing a prefix back beats recomputing it."""
-    kv_token = model.config.kv_bytes_per_token(model.dtype.itemsize)
-    host = torch.empty(blocks * 16 * kv_token // 2, dtype=model.dtype, pin_memory=True)
-    dev = torch.empty(host.shape, dtype=model.dtype, device="cuda")
-    rates = {}
-    for name, (dst, src) in (("h2d_gb_s", (dev, host)), ("d2h_gb_s", (host, dev))):
-        dst.copy_(src, non_blocking=True)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(10):
-            dst.copy_(src, non_blocking=True)
-        torch.cuda.synchronize()
-        rates[name] = round(10 * host.nbytes / (time.perf_counter() - t0) / 1e9, 1)
-    return dict(kv_bytes_per_token=kv_token, **rates)
-
-
-def host_tier(model: Transformer, conversations: int = 16, turns: int = 4, first: int = 1024, more: int = 64) -> dict:
-    """Multi-turn conversations that come back after their blocks were evicted: each turn is its conversation so
-    far + `more` new tokens, every conversation's turn t before any turn t+1, one request at a time. The device
-    pool holds about four conversations; the host tier (pinned, copies on a side stream) holds them all. Time to
-    first token and tokens computed, tier off and on; then the copy and prefill rates behind the crossover."""
-    g = torch.Generator().manual_seed(7)
-    ids = lambda n: torch.randint(3, model.config.vocab_size, (n,), generator=g).tolist()  # noqa: E731
-    history = [ids(first) for _ in range(conversations)]
-    requests = []
-    for _ in range(turns):
-        for c in range(conversations):
-            history[c] = history[c] + ids(more)
-            requests.append(list(history[c]))
-    longest = max(map(len, requests))
-    device_blocks = 4 * cdiv(longest, 16) + 8
-    host_blocks = conversations * cdiv(longest, 16) + 8
-    params = SamplingParams(max_new_tokens=1)
-    out: dict = dict(requests=len(requests), prompt_tokens=sum(map(len, requests)), device_blocks=device_blocks,
-                     host_blocks=host_blocks)
-    tokens = {}
-    for tier in ("off", "on"):
-        engine = make_engine(model, "bridge", "triton", cuda_graphs=True, fuse=True, num_blocks=device_blocks,
-                             block_size=16, max_num_seqs=4, max_num_batched_tokens=8192,
-                             host_blocks=host_blocks if tier == "on" else 0)
-        engine.generate(requests[:2], params)  # warm-up
-        engine.cache_manager.reset_cache()
-        ttft, runs = [], []
-        for r in requests:
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            runs.append(engine.generate([r], params)[0])
-            torch.cuda.synchronize()
-            ttft.append(time.perf_counter() - t0)
-        engine.check_invariants()
-        cached = sum(o.num_cached_tokens for o in runs)
-        later = ttft[conversations:]  # turns 2.. (turn 1 has nothing to find)
-        kv = engine.cache_manager
-        out[f"tier_{tier}"] = dict(ttft_mean_ms=round(sum(later) / len(later) * 1e3, 3),
-                                   ttft_p99_ms=round(sorted(later)[int(0.99 * (len(later) - 1))] * 1e3, 3),
-                                   prompt_tokens_computed=out["prompt_tokens"] - cached, cached_tokens=cached,
-                                   blocks_saved=kv.host.blocks_saved if kv.host else 0,
-                                   blocks_loaded=kv.host.blocks_loaded if kv.host else 0)
-        tokens[tier] = [o.output_ids for o in runs]
-        print("host tier", tier, out[f"tier_{tier}"], flush=True)
-    out["first_tokens_match"] = sum(a == b for a, b in zip(tokens["on"], tokens["off"]))
-    out["ttft_speedup"] = round(out["tier_off"]["ttft_mean_ms"] / out["tier_on"]["ttft_mean_ms"], 2)
-    out["rates"] = copy_rates(model)
-    prompt = requests[0][:first]
-    engine = make_engine(model, "none", "triton", num_blocks=cdiv(first, 16) + 8, block_size=16,
-                         max_num_batched_tokens=8192)
-    engine.generate([prompt], params)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    engine.generate([prompt], params)
-    torch.cuda.synchronize()
-    out["rates"]["prefill_tokens_s"] = round(first / (time.perf_counter() - t0))
-    rates = out["rates"]
-    out["rates"]["load_tokens_s"] = round(rates["h2d_gb_s"] * 1e9 / rates["kv_bytes_per_token"])
-    return out
-
-
 # ---- identity, fp32 ---------------------------------------------------------------------------------------------
 
 def identity_fp32() -> dict:
     """fp32, SmolLM2's shape: every contender's greedy tokens, request by request, equal the torch path's (bf16 with
     random weights flips near-tied argmaxes between any two correct implementations, so identity is checked here)."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model = random_model(SMOLLM2_135M, torch.float32)
-    prompts = [p[:n] for p, n in zip(workload("shared_system", model.config.vocab_size, seed=1)[0][:8],
-                                     (1540, 1560, 1580, 1600, 300, 1620, 1550, 1570))]
-    prompts[4] = workload("random", model.config.vocab_size, seed=1)[0][4]
-    runs = {"torch": engine_for(model, prompts, 32, graphs=False, attention_backend="torch"),
-            "triton": engine_for(model, prompts, 32, graphs=False),
-            "triton_graphs_fused": engine_for(model, prompts, 32),
-            "triton_graphs_fused_overlap": engine_for(model, prompts, 32, overlap=True)}
-    tokens = {k: run_engine(e, prompts, 32)[0] for k, e in runs.items()}
-    tokens["hf_sdpa"] = run_hf(to_hf_model(model, "sdpa"), prompts, 32, None)[0]
-    # one at a time: later requests hit the shared prefix and run their own tokens from the extend graphs
-    one_by_one = runs["triton_graphs_fused"]
-    one_by_one.cache_manager.reset_cache()
-    params = SamplingParams(max_new_tokens=32)
-    tokens["triton_graphs_fused_one_by_one"] = [one_by_one.generate([p], params)[0].output_ids for p in prompts]
-    same = {k: sum(a == b for a, b in zip(v, tokens["torch"])) for k, v in tokens.items()}
-    tier = host_tier_identity(model)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    with exact_fp32():
+        model = random_model(SMOLLM2_135M, torch.float32)
+        prompts = [p[:n] for p, n in zip(workload("shared_system", model.config.vocab_size, seed=1)[0][:8],
+                                         (1540, 1560, 1580, 1600, 300, 1620, 1550, 1570))]
+        prompts[4] = workload("random", model.config.vocab_size, seed=1)[0][4]
+        runs = {"torch": engine_for(model, prompts, 32, graphs=False, attention_backend="torch"),
+                "triton": engine_for(model, prompts, 32, graphs=False),
+                "triton_graphs_fused": engine_for(model, prompts, 32),
+                "triton_graphs_fused_overlap": engine_for(model, prompts, 32, overlap=True),
+                "triton_graphs_fused_cascade": engine_for(model, prompts, 32, cascade=True, cascade_min_seqs=4)}
+        tokens = {k: run_engine(e, prompts, 32)[0] for k, e in runs.items()}
+        tokens["hf_sdpa"] = run_hf(to_hf_model(model, "sdpa"), prompts, 32, None)[0]
+        # one at a time: later requests hit the shared prefix and run their own tokens from the extend graphs
+        one_by_one = runs["triton_graphs_fused"]
+        one_by_one.cache_manager.reset_cache()
+        params = SamplingParams(max_new_tokens=32)
+        tokens["triton_graphs_fused_one_by_one"] = [one_by_one.generate([p], params)[0].output_ids for p in prompts]
+        same = {k: sum(a == b for a, b in zip(v, tokens["torch"])) for k, v in tokens.items()}
+        tier = host_tier_identity_gpu(model, graphed_engine)
     return dict(requests=len(prompts), new_tokens=32, identical_requests_vs_torch=same, host_tier=tier,
                 all_identical=all(v == len(prompts) for v in same.values()) and tier["all_identical"])
-
-
-def host_tier_identity(model: Transformer, conversations: int = 4, turns: int = 3) -> dict:
-    """Multi-turn requests one by one with the host tier off and on (a device pool for one conversation): the
-    tokens of prefixes brought back from host memory give the answers of recomputed ones."""
-    g = torch.Generator().manual_seed(11)
-    history = [torch.randint(3, model.config.vocab_size, (300,), generator=g).tolist() for _ in range(conversations)]
-    requests = []
-    for _ in range(turns):
-        for c in range(conversations):
-            history[c] += torch.randint(3, model.config.vocab_size, (40,), generator=g).tolist()
-            requests.append(list(history[c]))
-    params = SamplingParams(max_new_tokens=16)
-    outs = {}
-    for host in (0, 256):
-        engine = make_engine(model, "bridge", "triton", cuda_graphs=True, num_blocks=32, block_size=16,
-                             max_num_seqs=2, host_blocks=host)
-        outs[host] = [engine.generate([r], params)[0] for r in requests]
-        engine.check_invariants()
-        loaded = engine.cache_manager.host.blocks_loaded if host else 0
-    same = sum(a.output_ids == b.output_ids for a, b in zip(outs[0], outs[256]))
-    return dict(requests=len(requests), identical=same, all_identical=same == len(requests), blocks_loaded=loaded,
-                cached_tokens_on=sum(o.num_cached_tokens for o in outs[256]))
 
 
 def goals(res: dict) -> list[dict]:
@@ -431,17 +310,10 @@ def goals(res: dict) -> list[dict]:
     return rows
 
 
-def machine() -> dict:
-    import triton
-    props = torch.cuda.get_device_properties(0)
-    return dict(gpu=props.name, sms=props.multi_processor_count, torch=torch.__version__, triton=triton.__version__,
-                python=platform.python_version(), cpu=platform.processor() or platform.machine(),
-                date=datetime.date.today().isoformat())
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, help="write the JSON here (e.g. step06_triton/results/h200_engine.json)")
+    ap.add_argument("--out", type=Path, help=f"write the JSON here (e.g. {RESULTS.relative_to(RESULTS.parent.parent)}"
+                    "/h200_engine.json)")
     ap.add_argument("--quick", action="store_true", help="one round, SmolLM2's shape only (a smoke test)")
     ap.add_argument("--workloads", nargs="+", default=["random", "shared_system", "long", "host_tier"],
                     choices=["random", "shared_system", "long", "host_tier"], help="on SmolLM2's shape; the 1B "
@@ -449,50 +321,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", help="only these parts: identity, MODEL:WORKLOAD (e.g. llama_3_2_1b:random);"
                     " with --out, an existing file keeps the other parts")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("step06_triton.e2e needs a CUDA GPU", file=sys.stderr)
+    if not needs_gpu("step06_triton.measure.engine"):
         return 2
-    t_start = time.perf_counter()
-    command = "python -m step06_triton.e2e " + " ".join(argv or sys.argv[1:])
-    keep = json.loads(args.out.read_text()) if args.parts and args.out and args.out.is_file() else {}
-    result: dict = {**keep, "chapter": "step06", "machine": machine()}
-    result.setdefault("commands", []).append(command)
-
-    def section(key: tuple[str, ...], fn: Callable[[], dict]) -> None:
-        """Run one part and write the JSON so far: a part that fails is reported, and the others still run."""
-        node = result
-        for k in key[:-1]:
-            node = node.setdefault(k, {})
-        try:
-            node[key[-1]] = fn()
-        except Exception as exc:  # noqa: BLE001 - reported in the JSON, not hidden
-            traceback.print_exc()
-            node[key[-1]] = dict(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
-        print(*key, json.dumps({k: v for k, v in node[key[-1]].items() if k != "decode"})[:1500], flush=True)
-        result["goals"] = goals({k: v for k, v in result.items() if k in MODELS})
-        result["duration_s"] = round(time.perf_counter() - t_start, 1)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(result, indent=1) + "\n")
-        torch.cuda.empty_cache()
-
+    parts = Parts(args.out, "python -m step06_triton.measure.engine " + " ".join(argv or sys.argv[1:]),
+                  keep=bool(args.parts))
     if not args.parts or "identity" in args.parts:
-        section(("identity_fp32",), identity_fp32)
+        parts.run(("identity_fp32",), identity_fp32)
     plan = [("smollm2_135m", wl) for wl in args.workloads] + \
         ([] if args.quick else [("llama_3_2_1b", wl) for wl in args.workloads if wl == "random"])
     if args.parts:
         plan = [(m, wl) for m, wl in plan if f"{m}:{wl}" in args.parts]
-    models = {}
+    models: dict[str, Transformer] = {}
     for name, wl in plan:  # the 1B shape runs `random`, the workload its target is set on
         if name not in models:
             models.clear()
             torch.cuda.empty_cache()
             models[name] = random_model(MODELS[name], torch.bfloat16)
         model = models[name]
-        run = {"long": lambda m=model: long_ttft(m), "host_tier": lambda m=model: host_tier(m)}.get(
+        run: Callable[[], dict] = {
+            "long": lambda m=model: long_ttft(m),
+            "host_tier": lambda m=model: host_tier_gpu(m, graphed_engine)}.get(
             wl, lambda m=model, wl=wl: throughput(m, wl, 1 if args.quick else ROUNDS))
-        section((name, wl), run)
-    for g in result["goals"]:
+        parts.run((name, wl), run)
+        parts.result["goals"] = goals({k: v for k, v in parts.result.items() if k in MODELS})
+        parts.save()
+    for g in parts.result.get("goals", []):
         print(("MET   " if g["met"] else "MISSED"), g["goal"], g["measured"])
     return 0
 

@@ -1,5 +1,5 @@
-"""`python -m step06_triton.bench [--part kernels|sweep|all|ncu] [--json] [--out FILE]`: the chapter's kernels on a
-GPU, against what a user would pick instead, side by side in one run.
+"""`python -m step06_triton.measure.kernels [--part kernels|sweep|all|ncu] [--json] [--out FILE]`: the chapter's
+kernels on a GPU, against what a user would pick instead, side by side in one run.
 
 Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-3-8B layer) and 9 / 3 of 64
 (SmolLM2-135M, the course's model):
@@ -15,7 +15,7 @@ Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-
 * store_kvcache: GB/s.
 `--part sweep` times the launch rule's target and the tile configurations the kernels' defaults come from;
 `--part ncu` runs the prefill kernel and FlexAttention's once each, for Nsight Compute.
-The engine end to end is `e2e.py`'s (`python -m step06_triton.e2e`, its own JSON).
+The engine end to end is engine.py's (`python -m step06_triton.measure.engine`, its own JSON).
 
 Every timing is the median of `triton.testing.do_bench` over replays of a CUDA graph of the call (CUDA events,
 warm-up first, L2 flushed before each replay); every kernel is checked against an fp32 reference on fresh
@@ -25,11 +25,9 @@ a part run alone replaces that part of an existing file and keeps the others.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
 import math
-import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,9 +38,10 @@ import torch.nn.functional as F
 from step01_kvcache.attention import attention
 from step02_paged.geometry import cdiv
 
-from .decode_attention import DECODE_TILE, num_kv_splits, paged_decode_attention, split_plan_host
-from .extend_attention import extend_attention
-from .store_kvcache import store_kvcache
+from ..decode_attention import DECODE_TILE, Partials, num_kv_splits, paged_decode_attention, split_plan_host
+from ..extend_attention import extend_attention
+from ..store_kvcache import store_kvcache
+from .common import ceilings, checked, copy_bandwidth, eager_ms, machine, median_ms, needs_gpu, rel_err
 
 HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64)}  # query heads, KV heads, head_dim
 LLAMA, SMOLLM2 = HEADS
@@ -53,61 +52,7 @@ RAGGED_PREFILL = dict(batch=8, max_prefix=8192, new=(16, 1024), seed=1)
 # The first version of the decode kernel on the uniform rows (results/h200.json of 2026-12-01, 32/8 heads):
 FIRST_VERSION_TB_S = {(64, 4096, 16): 4.116, (64, 4096, 1): 4.062, (256, 1024, 16): 3.96, (256, 1024, 1): 3.715,
                       (8, 32768, 16): 4.127, (8, 32768, 1): 4.072}
-RESULTS = Path(__file__).parent / "results"
 DEVICE = "cuda"
-
-
-def median_ms(fn: Callable[[], object]) -> float:
-    """Median time of one call of `fn` replayed from a CUDA graph, as an engine replays its decode steps (the
-    host's launch overhead out of the measurement, which matters for launches of tens of microseconds), with the
-    L2 cache flushed before every replay; plain launches if `fn` cannot be captured."""
-    import triton.testing
-    fn()  # compile and warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            fn()
-    except RuntimeError:
-        torch.cuda.synchronize()
-        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-    ms = float(triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median"))
-    del graph
-    return ms
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double() - ref.double()).norm() / ref.double().norm())
-
-
-def checked(out: torch.Tensor, ref: torch.Tensor, what: str, tol: float = 1e-2) -> float:
-    """The relative error of a bf16 result against its fp32 reference; a wrong kernel stops the run."""
-    err = rel_err(out, ref)
-    if not err < tol:  # NaN fails too
-        raise AssertionError(f"{what}: relative error {err:.3g} against the fp32 reference")
-    return err
-
-
-def machine() -> dict:
-    import triton
-    props = torch.cuda.get_device_properties(0)
-    return dict(gpu=props.name, sms=props.multi_processor_count, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-                date=datetime.date.today().isoformat())
-
-
-def copy_tb_s(nbytes: int) -> float:
-    """A device-to-device copy of `nbytes` (half read, half written): what moving these bytes can cost at best."""
-    x = torch.randn(nbytes // 4, dtype=torch.bfloat16, device=DEVICE)
-    return round(2 * x.nbytes / median_ms(lambda: x.clone()) / 1e9, 3)
-
-
-def ceilings() -> dict:
-    """What the card can do at all: device-to-device copy (bytes read + written) and a bf16 matmul."""
-    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=DEVICE)
-    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=DEVICE)
-    mm = median_ms(lambda: a @ b)
-    return dict(copy_tb_s=copy_tb_s(2**31), matmul_tflop_s=round(2 * 8192**3 / mm / 1e9, 1))
 
 
 # ---- a paged pool with random block tables ----------------------------------------------------------------
@@ -230,6 +175,9 @@ def bench_decode(heads: str, lengths: list[int], block_size: int, spare: float =
                splits_per_sequence=[min(plan), max(plan)], programs=sum(plan) * hkv, bytes=nbytes,
                triton_rel_err=checked(ours(), ref, f"decode {heads} {batch}x{max(lengths)}"))
     row["triton_tb_s"] = tb_s(median_ms(ours))
+    out, partials = torch.empty_like(q), Partials.empty(batch, hq, d, splits, q.device)  # made once, as an engine does
+    row["triton_eager_tb_s"] = tb_s(eager_ms(lambda: paged_decode_attention(q, k, v, table, seq_lens, splits, out,
+                                                                             partials)))
     if ragged:  # the same kernel on a CUDA graph's grid, and under the first version's rule
         graph_grid = num_kv_splits(32768)  # captured for contexts up to 32k tokens
         first = first_version_splits(batch, hkv, max(lengths))
@@ -265,7 +213,7 @@ def bench_decode(heads: str, lengths: list[int], block_size: int, spare: float =
         err = checked(fn(q), ref, f"flex decode {heads}")
         return dict(tb_s=tb_s(median_ms(lambda: fn(q))), rel_err=err)
     row["flex_paged"] = guarded(flex)
-    row["copy_tb_s"] = copy_tb_s(nbytes)
+    row["copy_tb_s"] = round(copy_bandwidth(nbytes) / 1e12, 3)
     row["triton_tb_s_again"] = tb_s(median_ms(ours))  # the same launch timed twice: the run-to-run spread
     return row
 
@@ -514,15 +462,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     ap.add_argument("--out", type=Path, help="also write the JSON to this file (e.g. results/h200.json)")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("step06_triton.bench needs a CUDA GPU (the CPU runs the kernels only through Triton's interpreter, "
-              "which measures nothing); run it on a GPU machine", file=sys.stderr)
+    if not needs_gpu("step06_triton.measure.kernels"):
         return 2
     torch._dynamo.config.cache_size_limit = 64  # FlexAttention compiles once per shape; the bench has a dozen
     if args.part == "ncu":
         run_once_for_ncu()
         return 0
-    command = " ".join(["python -m step06_triton.bench", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m step06_triton.measure.kernels", *(sys.argv[1:] if argv is None else argv)])
     keep = json.loads(args.out.read_text()) if args.out and args.out.is_file() and args.part != "all" else {}
     result: dict = dict(chapter="step06", machine=keep.get("machine") or machine(),
                         **{k: v for k, v in keep.items() if k not in ("chapter", "machine")})

@@ -1,0 +1,147 @@
+"""What the GPU measurements share: timing by CUDA-graph replay, the card's ceilings, exact fp32 for the token
+checks, random models of the course's shapes, the machine, and a runner that writes the JSON after every part."""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+
+from course.results import machine as host_machine
+from course.tiny import SMOLLM2_135M, tiny_model
+from step01_kvcache.model import Transformer
+from step01_kvcache.rope import RotaryEmbedding
+
+RESULTS = Path(__file__).parent.parent / "results"
+LLAMA_3_2_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32,
+                    num_kv_heads=8, head_dim=64, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
+                    tie_word_embeddings=True)
+MODELS = {"smollm2_135m": SMOLLM2_135M, "llama_3_2_1b": LLAMA_3_2_1B}
+
+
+def median_ms(fn: Callable[[], object]) -> float:
+    """Median time of one call of `fn` replayed from a CUDA graph, as an engine replays its decode steps (the
+    host's launch overhead out of the measurement, which matters for launches of tens of microseconds), with the
+    L2 cache flushed before every replay; plain launches if `fn` cannot be captured."""
+    import triton.testing
+    fn()  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return eager_ms(fn)
+    ms = float(triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median"))
+    del graph
+    return ms
+
+
+def eager_ms(fn: Callable[[], object]) -> float:
+    """Median time of one call of `fn` launched as it is (its host work included when it exceeds the GPU's)."""
+    import triton.testing
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref.double()).norm() / ref.double().norm())
+
+
+def checked(out: torch.Tensor, ref: torch.Tensor, what: str, tol: float = 1e-2) -> float:
+    """The relative error of a bf16 result against its fp32 reference; a wrong kernel stops the run."""
+    err = rel_err(out, ref)
+    if not err < tol:  # NaN fails too
+        raise AssertionError(f"{what}: relative error {err:.3g} against the fp32 reference")
+    return err
+
+
+def copy_bandwidth(nbytes: int = 2**31) -> float:
+    """Bytes per second of a device-to-device copy of `nbytes` (bytes read + written): what moving these bytes can
+    cost at best, the ceiling of a memory-bound kernel."""
+    x = torch.randn(nbytes // 4, dtype=torch.bfloat16, device="cuda")
+    return 2 * x.nbytes / (median_ms(lambda: x.clone()) / 1e3)
+
+
+def ceilings() -> dict:
+    """What the card can do at all: device-to-device copy (bytes read + written) and a bf16 matmul."""
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda")
+    mm = median_ms(lambda: a @ b)
+    return dict(copy_tb_s=round(copy_bandwidth() / 1e12, 3), matmul_tflop_s=round(2 * 8192**3 / mm / 1e9, 1))
+
+
+@contextlib.contextmanager
+def exact_fp32() -> Iterator[None]:
+    """fp32 matmuls without TF32 inside the block (token identity is checked in exact fp32), the flag as it was
+    after it, whatever happens inside."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def random_model(shape: dict, dtype: torch.dtype, device: str = "cuda", seed: int = 0) -> Transformer:
+    """A model of the course's architecture in `shape` (SmolLM2-135M's, a Llama-3.2-1B's), random weights: the real
+    ones do not travel to the GPU machine. RoPE frequencies stay fp32."""
+    model = tiny_model(seed, **shape).to(device=device, dtype=dtype)
+    cfg = model.config
+    model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta).to(device)
+    return model
+
+
+def machine() -> dict:
+    """The host (course.results.machine), the GPU and the day."""
+    import triton
+    props = torch.cuda.get_device_properties(0)
+    return dict(host_machine(), gpu=props.name, sms=props.multi_processor_count,
+                gpu_memory_gib=round(props.total_memory / 2**30, 1), triton=triton.__version__,
+                date=datetime.date.today().isoformat())
+
+
+class Parts:
+    """Runs a measurement's parts one by one into one JSON file, written after every part: a part that raises is
+    reported in the file (its traceback printed) and the others still run; with `keep`, the file's other parts
+    stay."""
+
+    def __init__(self, out: Path | None, command: str, keep: bool = False) -> None:
+        self.out, self.t0 = out, time.perf_counter()
+        old = json.loads(out.read_text()) if keep and out and out.is_file() else {}
+        self.result: dict = {**old, "chapter": "step06", "machine": machine() if torch.cuda.is_available() else {}}
+        self.result.setdefault("commands", []).append(command)
+
+    def run(self, key: tuple[str, ...], fn: Callable[[], dict]) -> dict:
+        node = self.result
+        for k in key[:-1]:
+            node = node.setdefault(k, {})
+        try:
+            node[key[-1]] = fn()
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON, not hidden
+            traceback.print_exc()
+            node[key[-1]] = dict(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        print(*key, json.dumps(node[key[-1]])[:1200], flush=True)
+        self.save()
+        torch.cuda.empty_cache()
+        return node[key[-1]]
+
+    def save(self) -> None:
+        self.result["duration_s"] = round(time.perf_counter() - self.t0, 1)
+        if self.out:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.out.write_text(json.dumps(self.result, indent=1) + "\n")
+
+
+def needs_gpu(name: str) -> bool:
+    """True when there is a GPU; otherwise says so and the caller exits 2."""
+    if torch.cuda.is_available():
+        return True
+    print(f"{name} needs a CUDA GPU (the CPU runs the kernels only through Triton's interpreter)", file=sys.stderr)
+    return False
