@@ -22,10 +22,10 @@ test: .venv/.installed
 test-fast: .venv/.installed
 	$(PY) -m pytest -q -m "not slow" tests
 
-# The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 26
-# engine combinations (33,800 in all) with aborts, injected forward faults and preemption storms, every answer against
-# step01's, invariants after every step; prints its counts, fails on any mismatch, leak or broken invariant.
-# About 3 minutes on 2 idle cores (4.5 with other work on them). Another seed: make stress STRESS_SEED=3.
+# The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 31
+# engine combinations (40,300 in all; 5 of them decode speculatively) with aborts, injected forward faults and
+# preemption storms, every answer against step01's, invariants after every step; prints its counts, fails on any
+# mismatch, leak or broken invariant. Another seed: make stress STRESS_SEED=3.
 STRESS_SEED ?= 0
 stress: .venv/.installed
 	$(PY) -m tests.stress --requests 1300 --seed $(STRESS_SEED)

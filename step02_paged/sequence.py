@@ -73,13 +73,19 @@ class Sequence:
         return self.num_tokens + self.num_in_flight
 
     @property
+    def num_positions(self) -> int:
+        """Positions its block table may cover: its tokens, those in flight and its drafts (the scheduler makes room
+        for drafts before the forward; a forward that raises leaves that room, and the next step uses it)."""
+        return self.num_tokens_with_in_flight + len(self.spec_token_ids)
+
+    @property
     def num_pending_tokens(self) -> int:
         """Tokens to run before the next sample: the rest of the prompt, or the last sampled token and the drafts
         after it. None once the sequence has sampled all it may: it only waits for its last tokens to be read
         (chapter 6)."""
         if len(self.output_ids) + self.num_in_flight >= self.params.max_new_tokens:
             return 0
-        return self.num_tokens_with_in_flight - self.num_computed_tokens + len(self.spec_token_ids)
+        return self.num_positions - self.num_computed_tokens
 
     @property
     def is_finished(self) -> bool:
