@@ -39,7 +39,7 @@ from .ngram_proposer import NgramProposer
 from .paged_attention import PagedAttention
 from .scheduler import Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
-from .speculative import cut_drafts, verify
+from .speculative import cut_drafts, verify, with_drafts
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "RequestOutput"]
 
@@ -182,8 +182,9 @@ class Engine:
         sequences it samples: those that run all their pending tokens (a sequence with drafts samples each of them,
         and its pending token)."""
         self.last_scheduled = [(s.seq_id, n) for s, n in batch]
-        if self.proposer is not None:
+        if self.proposer is not None:  # the budget may have cut a sequence's drafts; they run after its tokens
             cut_drafts(batch)
+            token_ids = with_drafts(batch)
         seqs = [s for s, _ in batch]
         rows = [i for i, (s, n) in enumerate(batch) if n == s.num_pending_tokens]
         num_logits = [1 + len(seqs[i].spec_token_ids) for i in rows] if self.proposer is not None else None

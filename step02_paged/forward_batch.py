@@ -121,12 +121,9 @@ def decodes_first(batch: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int
 
 
 def step_token_ids(seqs: list[Sequence], num_new: list[int]) -> list[int]:
-    """The ids of the tokens the step runs, sequence after sequence: each one's next `num_new` tokens, its drafts
-    (speculative decoding) after its own tokens."""
+    """The ids of the tokens the step runs, sequence after sequence: each one's next `num_new` tokens."""
     ids: list[int] = []
     for seq, n in zip(seqs, num_new):
         c = seq.num_computed_tokens
         ids += seq.all_token_ids[c: c + n]
-        if c + n > seq.num_tokens:
-            ids += seq.spec_token_ids[: c + n - seq.num_tokens]
     return ids

@@ -85,7 +85,7 @@ class Sequence:
         (chapter 6)."""
         if len(self.output_ids) + self.num_in_flight >= self.params.max_new_tokens:
             return 0
-        return self.num_positions - self.num_computed_tokens
+        return self.num_tokens_with_in_flight - self.num_computed_tokens + len(self.spec_token_ids)
 
     @property
     def is_finished(self) -> bool:
