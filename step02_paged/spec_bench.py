@@ -82,7 +82,8 @@ def tokens_per_s(run: dict) -> float:
 
 
 def spec_bench(model, tokenizer, k: int = 4, batches: tuple[int, ...] = (1, 8), max_new_tokens: int = 128,
-               repeats: int = 2, workloads: tuple[str, ...] = WORKLOADS, progress=lambda items, desc: items) -> dict:
+               repeats: int = 2, workloads: tuple[str, ...] = WORKLOADS, progress=lambda items, desc: items,
+               cost_ks=range(1, 9), cost_context: int = 256) -> dict:
     """Every workload at every batch size, plain (k = 0) and speculative (k drafts), and on `CONTROL` speculative
     with nothing proposed too, the engines alternating within each round; the fastest decode of each over `repeats`
     rounds. Then `verify_step_cost` on the same machine."""
@@ -128,7 +129,7 @@ def spec_bench(model, tokenizer, k: int = 4, batches: tuple[int, ...] = (1, 8), 
                 rows=rows,
                 nothing_proposed=worst and dict(workload=worst["workload"], batch=worst["batch"],
                                                 speedup=worst["nothing_proposed_speedup"]),
-                verify_cost=verify_step_cost(model, ks=range(1, 9), batch_sizes=batches, context=256, repeats=5))
+                verify_cost=verify_step_cost(model, ks=cost_ks, batch_sizes=batches, context=cost_context, repeats=5))
 
 
 def verify_step_cost(model, ks=range(1, 9), batch_sizes=(1, 8), context: int = 512, repeats: int = 20,
