@@ -26,10 +26,10 @@ test: .venv/.installed
 test-fast: .venv/.installed
 	$(PY) -m pytest -q $(XDIST) -m "not slow" tests
 
-# The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 26
-# engine combinations (33,800 in all) with aborts, injected forward faults and preemption storms, every answer against
-# step01's, invariants after every step; prints its counts, fails on any mismatch, leak or broken invariant.
-# About 3 minutes on 2 idle cores (4.5 with other work on them). Another seed: make stress STRESS_SEED=3.
+# The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 31
+# engine combinations (40,300 in all; 5 of them decode speculatively) with aborts, injected forward faults and
+# preemption storms, every answer against step01's, invariants after every step; prints its counts, fails on any
+# mismatch, leak or broken invariant. Another seed: make stress STRESS_SEED=3.
 STRESS_SEED ?= 0
 stress: .venv/.installed
 	$(PY) -m tests.stress --requests 1300 --seed $(STRESS_SEED)
@@ -42,6 +42,7 @@ bench: .venv/.installed
 	$(PY) -m course bench step01 --save --json | tail -1
 	$(PY) -m course bench step02 --workload batch --save --json | tail -1
 	$(PY) -m course bench step02 --workload host --save --json | tail -1
+	$(PY) -m course bench step02 --workload speculative --repeats 2 --save --json | tail -1
 	@for ch in step03 step04 step05; do for w in short long shared_prefix diverge; do \
 	  $(PY) -m course bench $$ch --workload $$w --save --json | tail -1 || exit 1; \
 	done; done

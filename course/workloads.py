@@ -15,6 +15,9 @@ exists to expose one behaviour of a KV cache:
 - `multi_doc`: 4 documents x 3 questions, arriving interleaved (document 1, 2, 3, 4, 1, 2, ...) and all at once:
   in a pool too small for every document, arrival order evicts each document before its next question
   comes, and ordering the queue by cached prefix (chapter 4's scheduling policies) keeps it.
+- `edit`: 8 requests that edit or quote a paragraph of the `long` workload's manual (repeat it, fix its typos, put
+  each sentence on a line, quote one sentence): answers that copy from their prompt, where speculative decoding
+  with prompt lookup (chapter 2) drafts what the model is about to write.
 
 `python -m course workloads [NAME ...] [--json]` prints their measured token counts.
 """
@@ -270,8 +273,41 @@ def _multi_doc() -> Workload:
                     "arrival order evicts each document before its next question; a cache-aware order keeps it", chats)
 
 
+# --- edit: answers that copy from the prompt -------------------------------------------------------------------
+
+# (instruction, paragraph of the manual, typos to put in: (word, misspelling)); the paragraphs are the manual's,
+# counted from 0 over its blank-line-separated blocks (section titles included)
+_EDITS = (
+    ("Repeat the following paragraph word for word.", 5, ()),
+    ("Fix the spelling mistakes in this paragraph and write the corrected paragraph in full.", 10,
+     (("memtable ", "memtabel "), ("writers", "writters"))),
+    ("Rewrite this paragraph with every sentence on a new line.", 13, ()),
+    ("Quote the sentence of this passage that mentions the bloom filter.", 12, ()),
+    ("Fix the spelling mistakes in this paragraph and write the corrected paragraph in full.", 8,
+     (("sequence", "sequnce"), ("memtable", "memtible"))),
+    ("Repeat the following paragraph word for word.", 18, ()),
+    ("Rewrite this paragraph with every sentence on a new line.", 15, ()),
+    ("Quote the sentence of this passage that says what error T-202 means.", 23, ()),
+)
+
+
+_EDIT_SYSTEM = "You are a careful copy editor. Do exactly what the user asks with the text they give you."
+
+
+def _edit() -> Workload:
+    paragraphs = (TEXTS / "long_reference.txt").read_text(encoding="utf-8").strip().split("\n\n")
+    chats = []
+    for instruction, index, typos in _EDITS:
+        text = paragraphs[index]
+        for word, typo in typos:
+            text = text.replace(word, typo, 1)
+        chats.append(chat(f"{instruction}\n\n{text}", _EDIT_SYSTEM))
+    return Workload("edit", f"{len(chats)} requests that repeat, correct, reflow or quote a paragraph of the `long` "
+                    "workload's manual: answers that copy from their prompt (speculative decoding's best case)", chats)
+
+
 _BUILDERS = {"short": _short, "long": _long, "shared_prefix": _shared_prefix, "batch": _batch, "diverge": _diverge,
-             "multi_turn": _multi_turn, "multi_doc": _multi_doc}
+             "multi_turn": _multi_turn, "multi_doc": _multi_doc, "edit": _edit}
 WORKLOADS: tuple[str, ...] = tuple(_BUILDERS)
 
 

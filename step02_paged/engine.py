@@ -8,6 +8,11 @@ inputs (`ForwardBatch`, in O(what the step runs)) and advances every sequence's 
 into the logits of the sampled rows; `_sample` picks one token per row; `_append` adds the tokens and retires what
 finished. Everything happens in the step that scheduled it, so the host waits for the forward (on a GPU that wait
 is what chapter 6's overlapped engine removes, by overriding `step`).
+
+With `num_speculative_tokens` = k > 0 a decode runs its pending token and up to k drafts (ngram_proposer.py) in the
+same step, and `_verify` takes the place of the last three calls: it keeps the drafts the model agrees with
+(speculative.py), rolls the sequence back over the others before the cache manager hears of the step, appends, and
+proposes the next drafts. With k = 0 none of it runs.
 """
 from __future__ import annotations
 
@@ -31,9 +36,11 @@ from .geometry import PoolGeometry, cdiv
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
 from .model_runner import ModelRunner
+from .ngram_proposer import NgramProposer
 from .paged_attention import PagedAttention
 from .scheduler import Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
+from .speculative import cut_drafts, verify, with_drafts
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "RequestOutput"]
 
@@ -58,11 +65,18 @@ class EngineStats:
     peak_blocks: int = 0
     allocated_slot_steps: int = 0
     filled_slot_steps: int = 0
+    draft_tokens: int = 0  # drafts verified (speculative decoding)
+    accepted_tokens: int = 0  # of those, the ones the model agreed with
 
     @property
     def waste_fraction(self) -> float:
         """Allocated but unfilled slots / allocated slots, summed over all steps."""
         return 1 - self.filled_slot_steps / self.allocated_slot_steps if self.allocated_slot_steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts / verified drafts."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
 
 class Engine:
@@ -73,7 +87,8 @@ class Engine:
     (chapter 1's `AttentionBackend`): `for_step(pool, batch)` returns the step's KV store. `policy` orders the
     waiting queue before each admission (the scheduler's `Policy`; by default first come, first served); it
     belongs to this engine alone, since it may keep state. `runner` makes the one object that runs the model
-    (`ModelRunner`: eager; chapter 6 replays CUDA graphs)."""
+    (`ModelRunner`: eager; chapter 6 replays CUDA graphs). `config.num_speculative_tokens` > 0 gives it a
+    `proposer` (prompt lookup; any object with the same `propose`, `drop` and `tracked` will do)."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
                  manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,
@@ -88,6 +103,7 @@ class Engine:
                                                                 config.block_size), model.device)
         self.runner = runner(model, attention, self.pool)
         self.scheduler = Scheduler(config, self.cache_manager, policy)
+        self.proposer = NgramProposer.from_config(config) if config.num_speculative_tokens else None
         self.seqs: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self.last_scheduled: list[tuple[int, int]] = []  # (seq_id, tokens) of the latest step, for display
@@ -149,6 +165,8 @@ class Engine:
         if not batch:
             return []
         forward_batch, sampled = self._prepare(batch)
+        if self.proposer is not None:  # speculative decoding: several tokens per sequence, some rolled back
+            return self._verify(batch, self.runner.forward(forward_batch), sampled)
         tokens = self._sample(self.runner.forward(forward_batch), sampled)
         self._advance(batch)
         finished = self._append(sampled, tokens.tolist())
@@ -163,12 +181,17 @@ class Engine:
     def _prepare(self, batch: list[tuple[Sequence, int]],
                  token_ids: list[int] | None = None) -> tuple[ForwardBatch, list[Sequence]]:
         """The step's inputs (`batch` has its decodes first; `token_ids` by default the sequences' own), and the
-        sequences it samples: those that run all their pending tokens."""
+        sequences it samples: those that run all their pending tokens (a sequence with drafts samples each of them,
+        and its pending token)."""
         self.last_scheduled = [(s.seq_id, n) for s, n in batch]
+        if self.proposer is not None:  # the budget may have cut a sequence's drafts; they run after its tokens
+            cut_drafts(batch)
+            token_ids = with_drafts(batch)
         seqs = [s for s, _ in batch]
         rows = [i for i, (s, n) in enumerate(batch) if n == s.num_pending_tokens]
+        num_logits = [1 + len(seqs[i].spec_token_ids) for i in rows] if self.proposer is not None else None
         forward_batch = ForwardBatch.build(seqs, [n for _, n in batch], self.block_table, self.config.block_size,
-                                           rows, token_ids)
+                                           rows, token_ids, num_logits)
         return forward_batch, [seqs[i] for i in rows]
 
     def _advance(self, batch: list[tuple[Sequence, int]]) -> None:
@@ -178,6 +201,44 @@ class Engine:
         for seq, n in batch:
             seq.advance(n)
             self.cache_manager.on_computed(seq)
+
+    def _verify(self, batch: list[tuple[Sequence, int]], logits: torch.Tensor,
+                sampled: list[Sequence]) -> list[RequestOutput]:
+        """The end of a speculative step: every sampled sequence keeps the drafts its own samples agree with and one
+        token more (`verify`); the forward computed every scheduled position, and the rejected drafts' positions
+        are rolled back before the cache manager hears of the step, so it only ever publishes verified tokens.
+        Then the kept tokens join their sequences and the survivors get new drafts."""
+        kept = verify(logits, sampled)
+        rejected = {}
+        for seq, (_, accepted) in zip(sampled, kept):
+            self.stats.draft_tokens += len(seq.spec_token_ids)
+            self.stats.accepted_tokens += accepted
+            rejected[seq.seq_id] = len(seq.spec_token_ids) - accepted
+            seq.spec_token_ids = []
+        for seq, n in batch:
+            seq.advance(n)
+            if rejected.get(seq.seq_id):
+                seq.rollback(rejected[seq.seq_id])
+                self.cache_manager.rollback(seq)
+            self.cache_manager.on_computed(seq)
+        finished = self._append([s for s, (tokens, _) in zip(sampled, kept) for _ in tokens],
+                                [t for tokens, _ in kept for t in tokens])
+        self._propose(sampled)
+        self._record_step()
+        return finished
+
+    def _propose(self, seqs: list[Sequence]) -> None:
+        """Drafts for the next step of every sequence here that still decodes: at most `num_speculative_tokens`,
+        never more than its answer has room for after the token the step always yields, and never more than the
+        token budget has room for beside one token of every running sequence (so that, even without chunked
+        prefill, every running decode fits a step)."""
+        spare = self.config.max_num_batched_tokens - len(self.scheduler.running)
+        for seq in seqs:
+            if seq.is_finished or seq.status is not SequenceStatus.RUNNING:
+                continue
+            room = min(self.config.num_speculative_tokens, seq.params.max_new_tokens - len(seq.output_ids) - 1, spare)
+            seq.spec_token_ids = self.proposer.propose(seq, room)
+            spare -= len(seq.spec_token_ids)
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """One token per row, on the device: greedy rows in one argmax, the others with their own generator."""
@@ -210,6 +271,8 @@ class Engine:
     def _retire(self, seq: Sequence) -> RequestOutput:
         del self.seqs[seq.seq_id]
         self.block_table.release(seq.seq_id)
+        if self.proposer is not None:
+            self.proposer.drop(seq.seq_id)
         end = seq.finish_time or seq.first_token_time or seq.arrival_time
         first = seq.first_token_time or end
         return RequestOutput(seq.seq_id, seq.prompt_ids, list(seq.output_ids), seq.num_cached_tokens,
@@ -263,6 +326,9 @@ class Engine:
                 f"running sequence {s.seq_id} has nothing to run and nothing in flight"
         for s in self.seqs.values():
             s.check_invariants()
+            assert len(s.spec_token_ids) <= self.config.num_speculative_tokens, f"sequence {s.seq_id}: too many drafts"
+        if self.proposer is not None:
+            assert self.proposer.tracked() <= set(self.seqs), "the proposer keeps an index of a retired request"
         in_flight = {s.seq_id: s.num_in_flight for s in self.seqs.values() if s.num_in_flight}
         assert in_flight == self._tokens_in_flight(), \
             f"tokens in flight {in_flight}, but the engine has {self._tokens_in_flight()} unread"

@@ -28,7 +28,8 @@ class ForwardBatch:
     seq_lens: torch.Tensor  # [B] context of each sequence after this step
     query_start_loc: torch.Tensor  # [B + 1] first row of each sequence; the last entry is T
     rows: torch.Tensor  # [B] each sequence's row of `block_table`
-    logits_indices: torch.Tensor  # [S] the rows whose hidden state is sampled (the last of a finished prefill)
+    logits_indices: torch.Tensor  # [S] the rows whose hidden state is sampled (the last of a finished prefill;
+    #                               a verify step's sequence samples its last 1 + drafts rows)
     block_table: torch.Tensor  # [max_rows, max_blocks] int32: the persistent table (rows of running sequences)
     block_size: int
     num_decodes: int  # the first num_decodes sequences run a single token each
@@ -57,10 +58,12 @@ class ForwardBatch:
 
     @classmethod
     def build(cls, seqs: list[Sequence], num_new: list[int], table: BlockTable, block_size: int,
-              sample_rows: list[int], token_ids: list[int] | None = None) -> ForwardBatch:
+              sample_rows: list[int], token_ids: list[int] | None = None,
+              num_logits: list[int] | None = None) -> ForwardBatch:
         """Sequence i runs tokens num_computed .. num_computed + num_new[i] - 1; single-token sequences first;
-        the sequences listed in `sample_rows` (by batch index) are sampled after the forward. `token_ids`, the
-        step's tokens in batch order, defaults to the sequences' own (`step_token_ids`).
+        the sequences listed in `sample_rows` (by batch index) are sampled after the forward, each at its last row,
+        or at its last `num_logits[j]` rows (speculative decoding verifies drafts). `token_ids`, the step's tokens in
+        batch order, defaults to the sequences' own (`step_token_ids`).
 
         Host arrays are numpy (a few microseconds per operation, where a small torch operation costs ten times
         more): this runs every step, and its cost is what the step runs, not what the sequences hold."""
@@ -78,8 +81,12 @@ class ForwardBatch:
             slots = slot_mapping(table.cpu, torch.from_numpy(rows[seq_index]), torch.from_numpy(positions),
                                  block_size).numpy()
         edit_at, edit_ids = table.take_edits()
-        parts = [ids, positions, slots, computed + counts, np.append(starts, num_tokens), rows,
-                 (starts + counts - 1)[sample_rows]]
+        logits_at = (starts + counts - 1)[sample_rows]
+        if num_logits is not None:  # the last num_logits[j] rows of each sampled sequence, in order
+            reps = np.asarray(num_logits, dtype=np.int64)
+            firsts = np.cumsum(reps) - reps
+            logits_at = np.repeat(logits_at + 1 - reps, reps) + np.arange(reps.sum()) - np.repeat(firsts, reps)
+        parts = [ids, positions, slots, computed + counts, np.append(starts, num_tokens), rows, logits_at]
         parts += [edit_at, edit_ids] if len(edit_at) else []
         flat = torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False))
         if table.device.type != "cpu":  # pinned, so that the copy does not make the host wait for the device

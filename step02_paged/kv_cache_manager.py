@@ -100,7 +100,7 @@ def check_block_tables(seqs: list[Sequence], block_manager: BlockManager, block_
     expected = Counter(b for seq in seqs for b in seq.block_table) + (other_holders or Counter())
     for seq in seqs:
         assert not seq.is_finished, f"finished sequence {seq.seq_id} still holds blocks"
-        assert len(seq.block_table) <= cdiv(seq.num_tokens_with_in_flight, block_size), \
+        assert len(seq.block_table) <= cdiv(seq.num_positions, block_size), \
             f"sequence {seq.seq_id} holds {len(seq.block_table)} blocks for {seq.num_tokens} tokens"
         assert seq.num_computed_tokens <= len(seq.block_table) * block_size, \
             f"sequence {seq.seq_id}: computed tokens beyond its blocks"

@@ -2,9 +2,16 @@
 
 One counter drives everything (as in vLLM v1): `num_computed_tokens`. The tokens still to run are the ones
 after it — the rest of the prompt while prefilling (in chunks), then the one token sampled last step while
-decoding. Only the scheduler and the engine move it, through three methods: `admit` (a new request starts
-after its cached prefix), `advance` (a forward computed n more tokens) and `preempt` (its blocks were released:
-back to 0, to be recomputed later, prompt and answer so far together). A cache manager reads it, never writes it.
+decoding. Only the scheduler and the engine move it, through four methods: `admit` (a new request starts
+after its cached prefix), `advance` (a forward computed n more tokens), `preempt` (its blocks were released:
+back to 0, to be recomputed later, prompt and answer so far together) and `rollback` (speculative decoding: the
+forward also computed draft tokens, and the ones the model rejected are taken back). A cache manager reads it,
+never writes it.
+
+Speculative decoding proposes draft tokens (`spec_token_ids`, vLLM's name) that the next step runs after the
+pending token, to verify them all in one forward. They are pending tokens like any other (the scheduler budgets
+and allocates for them), but they are not the sequence's tokens: `all_token_ids` holds verified tokens only, so
+nothing that names a sequence's content (chapter 3's block hashes, chapters 4-5's tree) ever sees a draft.
 
 The tokens live in one list, `all_token_ids`, grown in place: reading a step's tokens costs what the step runs,
 not what the sequence holds. An engine that samples on a GPU and reads the tokens back a step later (chapter 6's
@@ -47,6 +54,7 @@ class Sequence:
     first_token_time: float | None = None
     finish_time: float | None = None
     generator: torch.Generator | None = None  # made by the engine, on the device that samples
+    spec_token_ids: list[int] = field(default_factory=list)  # drafts to verify next step: never in all_token_ids
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = self.prompt_ids + self.output_ids  # read-only for everyone else
@@ -65,18 +73,25 @@ class Sequence:
         return self.num_tokens + self.num_in_flight
 
     @property
+    def num_positions(self) -> int:
+        """Positions its block table may cover: its tokens, those in flight and its drafts (the scheduler makes room
+        for drafts before the forward; a forward that raises leaves that room, and the next step uses it)."""
+        return self.num_tokens_with_in_flight + len(self.spec_token_ids)
+
+    @property
     def num_pending_tokens(self) -> int:
-        """Tokens to run before the next sample: the rest of the prompt, or the last sampled token. None once the
-        sequence has sampled all it may: it only waits for its last tokens to be read (chapter 6)."""
+        """Tokens to run before the next sample: the rest of the prompt, or the last sampled token and the drafts
+        after it. None once the sequence has sampled all it may: it only waits for its last tokens to be read
+        (chapter 6)."""
         if len(self.output_ids) + self.num_in_flight >= self.params.max_new_tokens:
             return 0
-        return self.num_tokens_with_in_flight - self.num_computed_tokens
+        return self.num_tokens_with_in_flight - self.num_computed_tokens + len(self.spec_token_ids)
 
     @property
     def is_finished(self) -> bool:
         return self.status in (SequenceStatus.FINISHED, SequenceStatus.ABORTED)
 
-    # ---- the counter's three writers ---------------------------------------------------------------------
+    # ---- the counter's four writers ----------------------------------------------------------------------
     def admit(self, num_cached_tokens: int) -> None:
         """Scheduled for the first time (or again after a preemption): its first `num_cached_tokens` tokens were
         found in the pool. The prompt hit is recorded once per request: a recompute finds its own blocks."""
@@ -90,11 +105,26 @@ class Sequence:
         self.num_computed_tokens += num_tokens
 
     def preempt(self) -> None:
-        """Its blocks were released: everything is recomputed when it is admitted again."""
+        """Its blocks were released: everything is recomputed when it is admitted again (its drafts are dropped)."""
         self.num_computed_tokens = 0
         self.synced_blocks = 0
         self.num_preemptions += 1
         self.status = SequenceStatus.WAITING
+        self.spec_token_ids = []
+
+    def rollback(self, num_rejected: int) -> None:
+        """A verify step computed K/V for draft tokens and the model rejected the last `num_rejected` of them: those
+        positions are not computed any more (their slots hold K/V of tokens the sequence does not have, which the
+        next forward overwrites). Called after `advance` and before the step's tokens are appended, when the drafts
+        the forward ran are the computed positions past the sequence's tokens; a count that is not one of them
+        raises ValueError and changes nothing."""
+        # BEGIN SOLUTION task2.rollback points=2
+        past = self.num_computed_tokens - self.num_tokens_with_in_flight  # computed positions beyond the tokens
+        if not isinstance(num_rejected, int) or not 0 <= num_rejected <= max(past, 0):
+            raise ValueError(f"sequence {self.seq_id}: cannot roll back {num_rejected!r} tokens; {max(past, 0)} "
+                             "computed positions hold drafts")
+        self.num_computed_tokens -= num_rejected
+        # END SOLUTION
 
     # ---- tokens and blocks -------------------------------------------------------------------------------
     def append_token(self, token: int) -> None:
@@ -116,6 +146,14 @@ class Sequence:
             self.block_table[start: start + len(blocks)] = blocks
             self.synced_blocks = min(self.synced_blocks, first)
 
+    def truncate_blocks(self, keep: int) -> list[int]:
+        """Cut the block table to its first `keep` entries (a rollback gave the rest back); returns the entries cut,
+        for the caller to release. When the table grows again the engine copies the new entries from `keep` on."""
+        cut = self.block_table[keep:]
+        del self.block_table[keep:]
+        self.synced_blocks = min(self.synced_blocks, keep)
+        return cut
+
     def check_invariants(self) -> None:
         assert self.all_token_ids == self.prompt_ids + self.output_ids, \
             f"sequence {self.seq_id}: its token list is not its prompt and its answer"
@@ -124,3 +162,5 @@ class Sequence:
         assert 0 <= self.num_cached_tokens < self.num_prompt_tokens or self.num_cached_tokens == 0, \
             f"sequence {self.seq_id}: {self.num_cached_tokens} cached prompt tokens of {self.num_prompt_tokens}"
         assert 0 <= self.synced_blocks <= len(self.block_table), f"sequence {self.seq_id}: synced past its table"
+        assert not self.spec_token_ids or self.status is SequenceStatus.RUNNING, \
+            f"sequence {self.seq_id} is {self.status.value} and holds drafts"

@@ -68,7 +68,7 @@ class RadixKVCacheManager(TreeCacheManager):
         bm = self.block_manager
         owned: Counter = Counter(self.tree.all_slots())
         for seq in self.holders.values():
-            assert seq.num_computed_tokens <= len(seq.block_table) <= seq.num_tokens_with_in_flight, \
+            assert seq.num_computed_tokens <= len(seq.block_table) <= seq.num_positions, \
                 f"sequence {seq.seq_id}: {len(seq.block_table)} slots for {seq.num_computed_tokens} computed tokens"
             owned.update(self.private_blocks(seq))
         free = set(bm.free_blocks)

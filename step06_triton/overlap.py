@@ -23,6 +23,18 @@ from step02_paged.forward_batch import ForwardBatch, decodes_first
 from step02_paged.sequence import Sequence
 
 
+def check_no_speculation(num_speculative_tokens: int) -> None:
+    """The overlapped engine schedules step N+1 before it reads step N's tokens, each a placeholder one position
+    on; a verify step keeps an unknown number of tokens (1 .. 1 + drafts), so the next step's positions are not
+    known when it is scheduled. vLLM's asynchronous scheduler runs the pair by counting the scheduled drafts as
+    placeholders and taking the rejected ones back when the tokens arrive; this course does not build that, so the
+    combination is refused."""
+    if num_speculative_tokens:
+        raise ValueError(f"num_speculative_tokens={num_speculative_tokens} needs the synchronous engine: the "
+                         "overlapped engine schedules the next step before it knows how many drafts were accepted; "
+                         "use overlap=False (chapter 2's Engine) or num_speculative_tokens=0")
+
+
 @dataclass
 class Launched:
     """A step whose forward is queued: the sequences it samples and their tokens, on the device, with a host copy
@@ -60,6 +72,7 @@ class OverlapEngine(Engine):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        check_no_speculation(self.config.num_speculative_tokens)
         self._inflight: Launched | None = None  # the step launched last, its tokens not read yet
 
     def has_unfinished(self) -> bool:

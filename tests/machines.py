@@ -1,18 +1,24 @@
 """One Hypothesis state machine for every engine: random add / step / abort, `check_invariants()` after every
 operation, every finished answer equal to step01's `generate`, and a drained engine that returns every block.
 
-A chapter subclasses `EngineMachine` and builds its engine in `make_engine`; what a drained engine may still
-hold (chapter 2: nothing; a prefix cache: unlocked cached blocks) is the engine's own `check_invariants()`.
+Half the runs decode speculatively: their engine has `num_speculative_tokens` = 3 and a scripted proposer whose
+drafts the `speculate` rule makes right or wrong (so rollbacks land anywhere, across block boundaries, before
+preemptions and aborts); the other half run chapter 2's plain step.
+
+A chapter subclasses `EngineMachine` and builds its engine in `make_engine`, passing `self.speculation` to its
+`EngineConfig`; what a drained engine may still hold (chapter 2: nothing; a prefix cache: unlocked cached blocks)
+is the engine's own `check_invariants()`.
 """
 from __future__ import annotations
 
 import functools
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from tests.driver import speculative_engine
 
 MODEL = tiny_model(seed=3, num_layers=1, hidden_size=32, intermediate_size=32, head_dim=8)
 # prompts are a prefix of one of these stems plus a random tail: they share prefixes of every length
@@ -27,11 +33,19 @@ def expected(prompt: tuple[int, ...], new: int) -> list[int]:
 class EngineMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.engine = self.make_engine()
+        self.engine = None
+        self.speculation: dict[str, int] = {}  # EngineConfig fields: speculative decoding on or off
         self.live: dict[int, tuple[tuple[int, ...], int]] = {}  # seq_id -> (prompt, max_new_tokens)
 
     def make_engine(self):
         raise NotImplementedError
+
+    @initialize(k=st.sampled_from([0, 3]))
+    def start(self, k):
+        self.speculation = {"num_speculative_tokens": k} if k else {}
+        self.engine = self.make_engine()
+        if self.engine.config.num_speculative_tokens:  # drafts start empty: `speculate` says how many are right
+            speculative_engine(self.engine, expected, good=0, bad=0)
 
     def check_output(self, out, prompt: tuple[int, ...]) -> None:
         """Chapter-specific checks of a finished request (e.g. hits are whole blocks)."""
@@ -52,6 +66,13 @@ class EngineMachine(RuleBasedStateMachine):
             assert out.output_ids == expected(prompt, new), "the engine changed an answer"
             assert out.num_cached_tokens < len(prompt), "hits are prompt tokens (a recompute's own are not)"
             self.check_output(out, prompt)
+
+    @precondition(lambda self: self.engine.proposer is not None)
+    @rule(good=st.integers(0, 3), bad=st.integers(0, 3))
+    def speculate(self, good, bad):
+        """From the next step on, drafts are `good` tokens of the true answer, then `bad` wrong ones: the verify
+        step keeps the good ones and rolls the sequence back over the rest."""
+        self.engine.proposer.good, self.engine.proposer.bad = good, bad
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())

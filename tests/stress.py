@@ -4,11 +4,13 @@ happen to one at once.
 The state machines of each chapter (tests/machines.py) explore short sequences of operations; this probe runs long
 ones, on every combination the last chapter's `make_engine` offers on a CPU: each cache design (none, hash, radix,
 bridge) x each admission policy it accepts (fcfs, lpm, dfs-weight) x synchronous or overlapped steps x, for the
-bridge, with or without its host tier. Each runs the same stream of requests (greedy and seeded sampling, stop
-tokens, prompts that share prefixes, some repeated whole), arriving at random between steps, in pools small enough
-that preemption and eviction happen all the time, with bursts of arrivals that fill every seat so that running
-requests outgrow the pool (preemption storms), random aborts, and forwards that raise (`InjectedFault`, before or
-after the real forward ran).
+bridge, with or without its host tier; and each design (the bridge with and without its tier) decoding
+speculatively, with drafts cut from the answer each request is known to give and followed by wrong tokens, so that
+every verify step keeps some drafts and rolls the others back. Each runs the same stream of requests (greedy and
+seeded sampling, stop tokens, prompts that share prefixes, some repeated whole), arriving at random between steps,
+in pools small enough that preemption and eviction happen all the time, with bursts of arrivals that fill every
+seat so that running requests outgrow the pool (preemption storms), random aborts, and forwards that raise
+(`InjectedFault`, before or after the real forward ran).
 
 What must hold: every request that was not aborted gives the tokens step01's `generate` gives without any cache;
 `check_invariants()` passes after every step, a step that raised included, and the next step carries on; a drained
@@ -106,16 +108,38 @@ def requests(n: int, seed: int) -> list[Request]:
     return out
 
 
+class DraftsFromTheAnswer:
+    """The probe's proposer: the answer a live request is known to give (`Request.expected`, greedy or sampled),
+    from a random point on replaced by tokens that are not the answer's."""
+
+    def __init__(self, live: dict, rng: random.Random) -> None:
+        self.live, self.rng = live, rng
+
+    def propose(self, seq, max_tokens: int) -> list[int]:
+        truth, done = self.live[seq.seq_id].expected, len(seq.output_ids)
+        good = min(self.rng.randint(0, max(max_tokens, 0)), len(truth) - done)
+        wrong = [(truth[i] + 1) % 256 if i < len(truth) else 0 for i in range(done + good, done + max(max_tokens, 0))]
+        return truth[done: done + good] + wrong
+
+    def drop(self, seq_id: int) -> None:
+        """Nothing kept per request."""
+
+    def tracked(self) -> set[int]:
+        return set()
+
+
 @dataclasses.dataclass(frozen=True)
 class Combo:
     design: str
     policy: str
     overlap: bool
     host_blocks: int = 0
+    speculative: bool = False  # synchronous steps with up to 4 drafts (DraftsFromTheAnswer)
 
     def __str__(self) -> str:
         host = f" host={self.host_blocks}" if self.host_blocks else ""
-        return f"{self.design}/{self.policy}/{'overlap' if self.overlap else 'sync'}{host}"
+        steps = "overlap" if self.overlap else "spec" if self.speculative else "sync"
+        return f"{self.design}/{self.policy}/{steps}{host}"
 
     def build(self, rng: random.Random, fault_rate: float) -> Engine:
         """The engine as `make_engine` builds it on a CPU (torch attention), through the same seams: its runner the
@@ -123,7 +147,8 @@ class Combo:
         tier loading back any prefix of a block or more. Raises ValueError for a combination the engine refuses."""
         block = 1 if self.design == "radix" else rng.choice((2, 4, 8))
         config = EngineConfig(num_blocks=POOL_TOKENS // block, block_size=block, max_num_seqs=rng.randint(3, 6),
-                              max_num_batched_tokens=rng.choice((16, 24, 48)))
+                              max_num_batched_tokens=rng.choice((16, 24, 48)),
+                              num_speculative_tokens=4 if self.speculative else 0)
         manager = functools.partial(BridgeKVCacheManager, host_blocks=self.host_blocks, min_load_tokens=block) \
             if self.host_blocks else PREFIX_CACHES[self.design]
         runner = functools.partial(FaultyRunner, rng=rng, rate=fault_rate)
@@ -133,9 +158,11 @@ class Combo:
 
 def combos() -> list[Combo]:
     """Every design x every policy x overlap off and on; the bridge with and without its host tier (the engine
-    refuses the pairs that do not fit: `run` skips those)."""
-    return [Combo(d, p, o, h) for d in PREFIX_CACHES for p in POLICIES for o in (False, True)
-            for h in ((0, HOST_BLOCKS) if d == "bridge" else (0,))]
+    refuses the pairs that do not fit: `run` skips those); every design decoding speculatively, first come first
+    served (the overlapped engine refuses drafts)."""
+    tiers = {d: (0, HOST_BLOCKS) if d == "bridge" else (0,) for d in PREFIX_CACHES}
+    return [Combo(d, p, o, h) for d in PREFIX_CACHES for p in POLICIES for o in (False, True) for h in tiers[d]] + \
+        [Combo(d, "fcfs", False, h, speculative=True) for d in PREFIX_CACHES for h in tiers[d]]
 
 
 @dataclasses.dataclass
@@ -148,6 +175,8 @@ class Counts:
     preemptions: int = 0
     cached_tokens: int = 0  # prompt tokens served from the cache (first admissions)
     host_loads: int = 0  # blocks the bridge's host tier copied back to the device
+    drafts: int = 0  # draft tokens verified (speculative combinations)
+    accepted: int = 0  # of those, the ones kept
     steps: int = 0
     mismatches: int = 0
     failures: list[str] = dataclasses.field(default_factory=list)  # mismatches, invariants, leaks: each named
@@ -159,7 +188,8 @@ class Counts:
     def __str__(self) -> str:
         return (f"{self.requests:,} requests, {self.finished:,} finished, {self.aborted:,} aborted, "
                 f"{self.faults:,} faults injected, {self.preemptions:,} preemptions, {self.cached_tokens:,} cached "
-                f"tokens, {self.host_loads:,} host blocks loaded, {self.steps:,} steps, {self.mismatches} mismatches, "
+                f"tokens, {self.host_loads:,} host blocks loaded, {self.accepted:,} of {self.drafts:,} drafts kept, "
+                f"{self.steps:,} steps, {self.mismatches} mismatches, "
                 f"{len(self.failures)} failures")
 
 
@@ -168,6 +198,8 @@ def probe(combo: Combo, stream: list[Request], seed: int, fault_rate: float = FA
     rng = random.Random(f"{seed}/{combo}")
     engine = combo.build(rng, fault_rate)
     counts, live, arriving = Counts(combos=1), {}, iter(stream)
+    if combo.speculative:
+        engine.proposer = DraftsFromTheAnswer(live, rng)
 
     def retire(out) -> None:
         req = live.pop(out.seq_id)
@@ -207,6 +239,7 @@ def probe(combo: Combo, stream: list[Request], seed: int, fault_rate: float = FA
     counts.faults = engine.runner.faults
     counts.cached_tokens = engine.cache_manager.stats.hit_tokens
     counts.host_loads = host.blocks_loaded if (host := host_pool(engine)) else 0
+    counts.drafts, counts.accepted = engine.stats.draft_tokens, engine.stats.accepted_tokens
     return counts
 
 

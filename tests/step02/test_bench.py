@@ -47,3 +47,17 @@ def test_host_bench_times_every_chapters_manager():
         assert profile["share"]["schedule"] > 0 and profile["share"]["sample"] > 0, "every part is clocked"
         assert profile["plain_us_per_step"] > 0, "the unclocked engine stepped beside it"
     assert [p["manager"] for p in result["profile"]] == list(result["host_us_per_step"])
+
+
+def test_speculative_bench_compares_the_same_answers(tokenizer):
+    """The speculative bench on a tiny model with SmolLM2's vocabulary: plain, speculative and nothing-proposed runs
+    of the same requests give the same tokens, and every figure the report reads is there."""
+    from step02_paged.spec_bench import spec_bench
+
+    model = tiny_model(seed=0, vocab_size=tokenizer.vocab_size, max_position_embeddings=1024)
+    f = spec_bench(model, tokenizer, batches=(2,), max_new_tokens=3, repeats=1, workloads=("short",), cost_ks=(1,),
+                   cost_context=8)
+    [row] = f["rows"]
+    assert row["outputs_identical"] and row["workload"] == "short" and row["batch"] == 2
+    assert f["nothing_proposed"]["speedup"] == row["nothing_proposed_speedup"] > 0
+    assert set(f["verify_cost"]["batches"]) == {2}

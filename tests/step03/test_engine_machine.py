@@ -19,7 +19,8 @@ class PrefixEngineMachine(EngineMachine):
         self.history: list[tuple[int, ...]] = []
 
     def make_engine(self):
-        return cached_engine(MODEL, num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10)
+        return cached_engine(MODEL, num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
+                             **self.speculation)
 
     def submit(self, prompt, new, salt=None):
         super().submit(prompt, new, cache_salt=salt)

@@ -18,7 +18,8 @@ from tests.machines import MODEL, EngineMachine
 
 class RadixEngineMachine(EngineMachine):
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10),
+        return Engine(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
+                                          **self.speculation),
                       RadixKVCacheManager)
 
 
@@ -35,7 +36,8 @@ class LPMRadixEngineMachine(EngineMachine):
         return LongestPrefixMatch(max_overtakes=self.BOUND, fcfs_above=4)
 
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10),
+        return Engine(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
+                                          **self.speculation),
                       RadixKVCacheManager, policy=self.policy())
 
     @invariant()
@@ -50,7 +52,8 @@ class DFSRadixEngineMachine(LPMRadixEngineMachine):
 
 class LPMHashEngineMachine(LPMRadixEngineMachine):
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10),
+        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
+                                          **self.speculation),
                       PrefixCachingKVCacheManager, policy=self.policy())
 
 
