@@ -133,10 +133,11 @@ def spec_bench(model, tokenizer, k: int = 4, batches: tuple[int, ...] = (1, 8), 
 
 
 def verify_step_cost(model, ks=range(1, 9), batch_sizes=(1, 8), context: int = 512, repeats: int = 20,
-                     attention: AttentionBackend = PagedAttention, block_size: int = 16) -> dict:
+                     attention: AttentionBackend = PagedAttention, block_size: int = 16, timer=None) -> dict:
     """One forward of a verify step (1 + k tokens for each of `batch` sequences with `context` tokens of K/V) against
     a plain decode step (1 token each), on the device of `model`, through chapter 2's runner and `attention`: the
-    median of `repeats` timed forwards after a warm-up, with CUDA events on a GPU (perf_counter on a CPU). Returns
+    median of `repeats` timed forwards after a warm-up, with CUDA events on a GPU (perf_counter on a CPU), or
+    `timer(engine, batch)` in ms when given (chapter 6's GPU measurement replays the forward from a graph). Returns
     {"device", "dtype", "context", "batches": {batch: {"decode_ms", "verify_ms": {k: ms}, "ratio": {k: x}}}}: a
     speculative step pays `ratio` decode steps and yields 1 + (accepted drafts) tokens."""
     device = next(model.parameters()).device
@@ -163,7 +164,7 @@ def verify_step_cost(model, ks=range(1, 9), batch_sizes=(1, 8), context: int = 5
             seq_ids = torch.randint(vocab, (batch * (k + 1),), generator=gen).tolist()
             fb = ForwardBatch.build(seqs, [k + 1] * batch, engine.block_table, block_size, list(range(batch)),
                                     seq_ids, [k + 1] * batch)
-            timings[k] = _median_forward_ms(engine, fb, repeats)
+            timings[k] = timer(engine, fb) if timer else _median_forward_ms(engine, fb, repeats)
         decode = timings.pop(0)
         out["batches"][batch] = {"decode_ms": round(decode, 4),
                                  "verify_ms": {k: round(t, 4) for k, t in timings.items()},

@@ -274,7 +274,7 @@ def test_step02_readme():
     bench = (REPO_ROOT / "step02_paged" / "bench.py").read_text()
     config = dict(re.findall(r"(num_blocks|block_size|max_num_batched_tokens)=(\d+)", bench))
     batch = figures("step02", "batch")
-    new = re.search(r"args.max_new_tokens or (\d+)", bench)[1]
+    new = re.search(r"SamplingParams\(max_new_tokens=args.max_new_tokens or (\d+)", bench)[1]
     says(path, f"the engine uses {config['num_blocks']} blocks of {config['block_size']} tokens, "
                f"`max_num_seqs = {batch['requests']}` and a {config['max_num_batched_tokens']}-token budget",
          f"({batch['requests']} unrelated requests of very different lengths, up to "
