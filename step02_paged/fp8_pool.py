@@ -38,7 +38,9 @@ KV_CACHE_DTYPES = ("auto", "fp8_e4m3")  # "auto": the model's dtype (vLLM's and 
 def token_scales(x: torch.Tensor) -> torch.Tensor:
     """The dynamic scale of every row: x [..., D] -> [...] fp32, amax(|row|) / 448 (1 for a row of zeros)."""
     amax = x.abs().amax(-1).float()
-    return torch.where(amax > 0, amax / FP8_MAX, 1.0)
+    # divided by a tensor: on a GPU, PyTorch divides by a Python number as a multiplication by its reciprocal,
+    # which is 1 ulp off the true quotient now and then (the store kernel divides exactly, as div_rn)
+    return torch.where(amax > 0, amax / amax.new_tensor(FP8_MAX), 1.0)
 
 
 def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = FP8) -> torch.Tensor:

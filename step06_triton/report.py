@@ -19,7 +19,7 @@ from pathlib import Path
 from course import report as course_report
 from course.report import met
 
-from .measure import cascade_report, engine_report, fp8_report
+from .measure import cascade_report, engine_report, fp8_report, speculative_report
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
@@ -197,10 +197,12 @@ def headline() -> str:
 
 
 def block(res: dict, engine: dict) -> str:
-    """The README's results block: the kernels' tables, then the engine's, cascade attention's, the FP8 cache's."""
+    """The README's results block: the kernels' tables, then the engine's, cascade attention's, the FP8 cache's,
+    a verify step's."""
     cascade = cascade_report.tables(cascade_report.load())
     fp8 = fp8_report.tables(fp8_report.load_gpu())
-    return tables(res) + "\n" + engine_report.tables(engine) + "\n" + cascade + "\n" + fp8 + "\n"
+    verify = speculative_report.tables(speculative_report.load())
+    return tables(res) + "\n" + engine_report.tables(engine) + "\n" + cascade + "\n" + fp8 + "\n" + verify + "\n"
 
 
 def sections() -> dict[tuple[str, str], str]:
