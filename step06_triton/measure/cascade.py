@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import time
 from pathlib import Path
 
-import torch
+# Before CUDA starts: the 1B engine runs twice (47 GiB reserved but unallocated when Hugging Face's 256-request
+# prefill then asked for 16.5 GiB); growable segments let freed blocks serve a larger request
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+import torch  # noqa: E402
 import torch.nn.functional as F
 
 from course.hf import to_hf_model
