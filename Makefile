@@ -36,8 +36,9 @@ stress: .venv/.installed
 
 # Every number in the READMEs: each run writes stepNN_x/results/WORKLOAD.json (figures, machine, date,
 # command), then `python -m course report --write` redraws the READMEs' tables and plots from those files.
-# About an hour on 2 idle cores (the `long` workload prefills 2k-token prompts with the cache off; the host
-# bench and the policy benches repeat their runs).
+# About two hours on 2 idle cores (the `long` workload prefills 2k-token prompts with the cache off; the host
+# bench and the policy benches repeat their runs; speculative decoding takes about half an hour, the FP8 accuracy
+# bench 18 minutes: 60 requests through five pools).
 bench: .venv/.installed
 	$(PY) -m course bench step01 --save --json | tail -1
 	$(PY) -m course bench step02 --workload batch --save --json | tail -1
@@ -50,8 +51,10 @@ bench: .venv/.installed
 	$(PY) -m course bench step04 --workload multi_doc --save --json | tail -1
 	$(PY) -m course bench step05 --workload multi_doc --save --json | tail -1
 	$(PY) -m step05_bridge.bench --save | tail -1
+	$(PY) -m course bench step06 --workload fp8 --save --json | tail -1
 	@echo "chapter 6 measures on a GPU: python -m step06_triton.measure.kernels --part kernels --out step06_triton/results/h200.json;"
-	@echo "  python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json; python -m step06_triton.measure.cascade --out step06_triton/results/h200_cascade.json"
+	@echo "  python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json; python -m step06_triton.measure.cascade --out step06_triton/results/h200_cascade.json;"
+	@echo "  python -m step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json; python -m step06_triton.measure.speculative --out step06_triton/results/h200_speculative.json"
 	$(MAKE) report
 	@echo "answer keys quote measured numbers: .venv/bin/python -m pytest -q tests/instructors names each one this run moved"
 

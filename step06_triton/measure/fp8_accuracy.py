@@ -224,5 +224,6 @@ def bench(args) -> dict:
 
     if args.workload not in (None, "fp8"):
         raise ValueError(f"chapter 6's CPU bench has one workload, fp8 (got {args.workload!r}); the kernels' "
-                         "benches need a GPU: python -m step06_triton.bench / step06_triton.fp8_bench")
+                         "measurements need a GPU: python -m step06_triton.measure.fp8 (and .kernels, .engine, "
+                         ".cascade)")
     return fp8_accuracy(load_model(args.model), load_tokenizer(args.model), args.max_new_tokens or NEW_TOKENS)
