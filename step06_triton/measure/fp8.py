@@ -174,23 +174,38 @@ def store_rows(tokens: int = 65536) -> dict:
     return out
 
 
-def identity_fp32() -> dict:
-    """fp32, SmolLM2's shape, an fp8 pool: the kernels' greedy tokens (eager, graphs, overlap, cascade) against the
-    torch path's, request by request (where two correct fp32 computations agree on every argmax)."""
+IDENTITY_RUNS = {"torch": dict(graphs=False, attention_backend="torch"), "triton": dict(graphs=False),
+                 "triton_graphs_fused_overlap": dict(overlap=True),
+                 "triton_graphs_fused_cascade": dict(cascade=True, cascade_min_seqs=4)}
+
+
+def identity_run(name: str) -> dict:
+    """One engine of the fp32 identity check (IDENTITY_RUNS[name]): SmolLM2's shape, an fp8 pool, 8 requests behind
+    a shared system prompt, 32 greedy tokens each; its tokens and how long building and running it took. One part
+    per engine, so a run that stops at its time limit still says which engines finished and what each cost."""
     from .engine import engine_for, run_engine
+    t0 = time.perf_counter()
     with exact_fp32():
         model = random_model(SMOLLM2_135M, torch.float32)
         prompts = [p[:n] for p, n in zip(workload("shared_system", model.config.vocab_size, seed=1)[0][:8],
                                          (1540, 1560, 1580, 1600, 300, 1620, 1550, 1570))]
-        fp8 = dict(kv_cache_dtype="fp8_e4m3")
-        runs = {"torch": dict(graphs=False, attention_backend="torch"), "triton": dict(graphs=False),
-                "triton_graphs_fused_overlap": dict(overlap=True),
-                "triton_graphs_fused_cascade": dict(cascade=True, cascade_min_seqs=4)}
-        tokens = {name: run_engine(engine_for(model, prompts, 32, **opts, **fp8), prompts, 32)[0]
-                  for name, opts in runs.items()}
+        engine = engine_for(model, prompts, 32, kv_cache_dtype="fp8_e4m3", **IDENTITY_RUNS[name])
+        built = time.perf_counter() - t0
+        tokens = run_engine(engine, prompts, 32)[0]
+    return dict(tokens=tokens, build_s=round(built, 1), total_s=round(time.perf_counter() - t0, 1))
+
+
+def identity_fp32(runs: dict) -> dict:
+    """The kernels' greedy tokens (eager, graphs, overlap, cascade) against the torch path's, request by request
+    (where two correct fp32 computations agree on every argmax), from the engines' parts."""
+    tokens = {name: r["tokens"] for name, r in runs.items() if "tokens" in r}
+    if "torch" not in tokens or len(tokens) < len(IDENTITY_RUNS):
+        missing = sorted(set(IDENTITY_RUNS) - set(tokens))
+        raise RuntimeError(f"engines without tokens: {', '.join(missing)} (see identity_runs)")
     same = {k: sum(a == b for a, b in zip(v, tokens["torch"])) for k, v in tokens.items()}
-    return dict(requests=len(prompts), new_tokens=32, identical_requests_vs_torch=same,
-                all_identical=all(v == len(prompts) for v in same.values()))
+    n = len(tokens["torch"])
+    return dict(requests=n, new_tokens=32, identical_requests_vs_torch=same, all_identical=all(v == n for v in
+                                                                                               same.values()))
 
 
 def capacity_prompts(vocab: int) -> list[list[int]]:
@@ -282,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parts = Parts(args.out, "python -m step06_triton.measure.fp8 " + " ".join(argv or sys.argv[1:]),
                   keep=args.parts != ap.get_default("parts"))
     if "identity" in args.parts:
-        parts.run(("identity_fp32",), identity_fp32)
+        for name in IDENTITY_RUNS:
+            parts.run(("identity_runs", name), functools.partial(identity_run, name))
+        parts.run(("identity_fp32",), lambda: identity_fp32(parts.result["identity_runs"]))
     if "decode" in args.parts:
         for heads in HEADS:
             parts.run(("decode", heads), functools.partial(decode_rows, heads))
