@@ -116,14 +116,23 @@ class Document:
         return f"{self.path} cell {number}, line {self.text.count(chr(10), start, offset) + 1}"
 
 
+def notebook_cells(text: str, kinds: tuple[str, ...]) -> Iterator[tuple[int, str]]:
+    """(number, source) of a notebook's cells of `kinds` ("markdown", "code"), numbered from 1 as Jupyter shows
+    them; nothing when `text` is not a notebook's JSON."""
+    try:
+        cells = json.loads(text).get("cells", [])
+    except (json.JSONDecodeError, AttributeError):
+        return
+    for number, cell in enumerate(cells, 1):
+        if cell.get("cell_type") in kinds:
+            source = cell.get("source", "")
+            yield number, "".join(source) if isinstance(source, list) else source
+
+
 def notebook(path: Path, relative: str, kinds: tuple[str, ...] = ("markdown",)) -> Document:
-    """The cells of `kinds` of a notebook as one Document (cells numbered from 1 as Jupyter shows them)."""
+    """The cells of `kinds` of a notebook as one Document."""
     parts, cells, offset = [], [], 0
-    for number, cell in enumerate(json.loads(path.read_text())["cells"], 1):
-        if cell["cell_type"] not in kinds:
-            continue
-        source = cell["source"]
-        source = "".join(source) if isinstance(source, list) else source
+    for number, source in notebook_cells(path.read_text(), kinds):
         cells.append((offset, number))
         parts.append(source)
         offset += len(source) + 2

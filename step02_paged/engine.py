@@ -194,12 +194,16 @@ class Engine:
                                            rows, token_ids, num_logits)
         return forward_batch, [seqs[i] for i in rows]
 
-    def _advance(self, batch: list[tuple[Sequence, int]]) -> None:
+    def _advance(self, batch: list[tuple[Sequence, int]], rejected: dict[int, int] | None = None) -> None:
         """The forward ran: every sequence's counter moves past the tokens it computed, and its cache manager hears
         of it (a prefix cache publishes what became reusable). Only after the forward: a forward that raised leaves
-        every counter where it was."""
+        every counter where it was. A speculative step first takes back the drafts the model rejected
+        (`rejected`: seq_id -> count), so that a manager only ever hears of verified tokens."""
         for seq, n in batch:
             seq.advance(n)
+            if rejected and rejected.get(seq.seq_id):
+                seq.rollback(rejected[seq.seq_id])
+                self.cache_manager.rollback(seq)
             self.cache_manager.on_computed(seq)
 
     def _verify(self, batch: list[tuple[Sequence, int]], logits: torch.Tensor,
@@ -215,12 +219,7 @@ class Engine:
             self.stats.accepted_tokens += accepted
             rejected[seq.seq_id] = len(seq.spec_token_ids) - accepted
             seq.spec_token_ids = []
-        for seq, n in batch:
-            seq.advance(n)
-            if rejected.get(seq.seq_id):
-                seq.rollback(rejected[seq.seq_id])
-                self.cache_manager.rollback(seq)
-            self.cache_manager.on_computed(seq)
+        self._advance(batch, rejected)
         finished = self._append([s for s, (tokens, _) in zip(sampled, kept) for _ in tokens],
                                 [t for tokens, _ in kept for t in tokens])
         self._propose(sampled)

@@ -107,6 +107,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=key)  # stable: a file's tests keep their order
 
 
+_OUTCOME = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each test's outcome, kept on its item, for the audits (`whole_file_passed`)."""
+    report = yield
+    if report.failed or report.skipped:  # in setup, call or teardown
+        item.stash[_OUTCOME] = report.outcome
+    elif report.when == "call":
+        item.stash.setdefault(_OUTCOME, "passed")
+    return report
+
+
+@pytest.fixture
+def whole_file_passed(request: pytest.FixtureRequest) -> None:
+    """For an audit, the last test of its file, which reads what the file's other tests checked (the answer keys'
+    numbers, the lessons' numbers): it runs only when every other test of the file was selected, ran and passed,
+    and says which did not otherwise."""
+    others = {item.name: item.stash.get(_OUTCOME, "not run") for item in request.session.items
+              if item.path == request.node.path and item is not request.node}
+    tests = {name for name in vars(request.module) if name.startswith("test_")} - {request.function.__name__}
+    missing = sorted(tests - {name.split("[")[0] for name in others})
+    if missing:
+        pytest.skip(f"run the whole file: the audit reads what every test of it checked, and {len(missing)} were not "
+                    f"selected ({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''})")
+    unfinished = sorted(f"{name} ({outcome})" for name, outcome in others.items() if outcome != "passed")
+    if unfinished:
+        pytest.skip(f"the audit reads what every test of its file checked, and some did not pass: "
+                    f"{', '.join(unfinished)}")
+
+
 @pytest.fixture
 def tiny():
     return tiny_model(seed=0)

@@ -16,13 +16,13 @@ should say what to compute, not the expression that computes it.
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from ..markdown import notebook_cells
 from ..paths import REPO_ROOT
 from .markers import Region, is_stub
 from .tasks import find_tasks, select_chapters
@@ -224,14 +224,8 @@ def python_sources(files: Mapping[str, str]) -> Iterator[tuple[str, str]]:
         if where.endswith(".py"):
             yield where, text
         elif where.endswith(".ipynb"):
-            try:
-                cells = json.loads(text).get("cells", [])
-            except (json.JSONDecodeError, AttributeError):
-                continue
-            for i, cell in enumerate(cells, 1):
-                if cell.get("cell_type") == "code":
-                    source = cell.get("source", "")
-                    yield f"{where} (code cell {i})", "".join(source) if isinstance(source, list) else source
+            for i, source in notebook_cells(text, ("code",)):
+                yield f"{where} (code cell {i})", source
 
 
 def shape_leaks(files: Mapping[str, str], solutions: list[Solution]) -> list[Leak]:
@@ -343,14 +337,8 @@ def markdown_sources(files: Mapping[str, str]) -> Iterator[tuple[str, str]]:
         if where.endswith(".md"):
             yield where, text
         elif where.endswith(".ipynb"):
-            try:
-                cells = json.loads(text).get("cells", [])
-            except (json.JSONDecodeError, AttributeError):
-                continue
-            for i, cell in enumerate(cells, 1):
-                if cell.get("cell_type") in ("markdown", "code"):
-                    source = cell.get("source", "")
-                    yield f"{where} (cell {i})", "".join(source) if isinstance(source, list) else source
+            for i, source in notebook_cells(text, ("markdown", "code")):
+                yield f"{where} (cell {i})", source
 
 
 def prose_leaks(files: Mapping[str, str], formulas: list[Formula]) -> list[Leak]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote
 
-from ..markdown import code_parts, is_local, links
+from ..markdown import code_parts, is_local, links, notebook_cells
 from ..paths import REPO_ROOT, shown
 from .integrity import MARKER, manifest
 from .leaks import describe, leaks_in
@@ -156,14 +156,8 @@ def _markdown(files: Mapping[str, str]) -> Iterator[tuple[str, str, str]]:
         if name.endswith(".md"):
             yield name, name, text
         elif name.endswith(".ipynb"):
-            try:
-                cells = json.loads(text).get("cells", [])
-            except (json.JSONDecodeError, AttributeError):
-                continue
-            for i, cell in enumerate(cells, 1):
-                if cell.get("cell_type") == "markdown":
-                    source = cell.get("source", "")
-                    yield name, f"{name} (cell {i})", "".join(source) if isinstance(source, list) else source
+            for i, source in notebook_cells(text, ("markdown",)):
+                yield name, f"{name} (cell {i})", source
 
 
 def dangling_references(files: Mapping[str, str], shipped: set[str], left_out: set[str]) -> list[Dangling]:

@@ -24,11 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-# Before CUDA starts: the 1B engine runs twice (47 GiB reserved but unallocated when Hugging Face's 256-request
-# prefill then asked for 16.5 GiB); growable segments let freed blocks serve a larger request
-os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-
-import torch  # noqa: E402
+import torch
 import torch.nn.functional as F
 
 from course.hf import to_hf_model
@@ -304,6 +300,9 @@ def goals(res: dict) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before the first allocation: the 1B engine runs twice (47 GiB reserved but unallocated when Hugging Face's
+    # 256-request prefill then asked for 16.5 GiB); growable segments let freed blocks serve a larger request
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the JSON here (e.g. step06_triton/results/h200_cascade.json)")
     ap.add_argument("--quick", action="store_true", help="smaller engine runs, one round (a smoke test)")

@@ -3,8 +3,8 @@ the work, each checked the way an autograder does (a student release with chapte
 own `python -m course homework check step02 --task task2.allocate_free --json`), score 0 or are flagged as
 tampering; the reference body still scores 2/2, so these tests cannot pass by scoring everything 0.
 
-Each submission is one row of tracker issue 29's table (what the grader reported before); they run two at a
-time in one module fixture.
+Each submission is a known way to cheat a grader that runs student code in its own process (patching pytest,
+rewriting the report or the tests, skipping, outliving the limit); they run two at a time in one module fixture.
 """
 from __future__ import annotations
 
