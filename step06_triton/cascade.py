@@ -41,6 +41,7 @@ from .decode_attention import (
     _sm_count,
     attend_tile,
     check_decode_inputs,
+    compute_q,
     decode_splits,
     merge_partials,
     num_kv_splits,
@@ -99,6 +100,7 @@ def _cascade_prefix_kernel(
     dims = tl.arange(0, HEAD_DIM)
     q = tl.load(q_ptr + member[:, None].to(tl.int64) * stride_q_b + head[:, None] * HEAD_DIM + dims[None, :],
                 mask=valid[:, None], other=0.0)
+    q = compute_q(q, k_cache_ptr, IEEE)
     leader = tl.load(group_leader_ptr + g)  # every member's table starts with the prefix: read one of them
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -131,14 +133,20 @@ class CascadeGrid:
     splits: int  # the suffix pass's split axis
 
     @classmethod
-    def for_batch(cls, rows: int, group_heads: int, min_group: int, max_context: int,
-                  head_dim: int) -> CascadeGrid:
-        """Room for any groups of `min_group` rows or more among `rows` decode rows of contexts up to
-        `max_context`."""
+    def for_batch(cls, rows: int, group_heads: int, min_group: int, head_dim: int, *, splits: int) -> CascadeGrid:
+        """Room for any groups of `min_group` rows or more among `rows` decode rows whose suffixes (the keys after
+        each row's group prefix, or its whole context) fit `splits` splits (`num_kv_splits`)."""
         groups = max(1, rows // min_group)
         block_m = PREFIX_TILE.get(head_dim, (64, 64, 4))[0]
-        return cls(rows, groups, cdiv(rows * group_heads, block_m) + groups, MAX_PREFIX_SPLITS,
-                   num_kv_splits(max_context))
+        return cls(rows, groups, cdiv(rows * group_heads, block_m) + groups, MAX_PREFIX_SPLITS, splits)
+
+
+def cascade_suffix_lens(groups: Sequence[CascadeGroup], seq_lens: Sequence[int]) -> np.ndarray:
+    """The keys each decode row reads in the suffix pass: its context after its group's prefix, or all of it."""
+    suffix = np.asarray(seq_lens, np.int64).copy()
+    for grp in groups:
+        suffix[list(grp.rows)] -= grp.prefix_len
+    return suffix
 
 
 @dataclass(frozen=True)
@@ -201,7 +209,7 @@ class CascadeMetadata:
             split_len.append(length)
             kv_start[list(grp.rows)] = grp.prefix_len
             slot_base[list(grp.rows)] = splits[-1]
-        suffix = np.asarray(seq_lens, np.int64) - kv_start
+        suffix = cascade_suffix_lens(groups, seq_lens)
         suffix_splits = num_kv_splits(int(suffix.max()) if B else 1)
         if grid is None:
             grid = CascadeGrid(B, G, max(total_tiles, 1), max(splits, default=1), suffix_splits)

@@ -8,8 +8,11 @@ step's inputs into the buffers and pad: padding rows store nowhere (slot -1), an
 The graph reads the engine's persistent block table in place (the step's `rows` pick its rows inside the graph).
 
 Two kinds of graphs:
-- **decode**, one per padded batch size: every row is one sequence's next token; the graph also computes the
-  LM head, so a replayed decode step hands back every row's logits;
+- **decode**, one per padded batch size and split axis: every row is one sequence's next token; the graph also
+  computes the LM head, so a replayed decode step hands back every row's logits. The attention's grid is frozen
+  too, so each batch size is captured with a few split axes (`split_buckets`: 1, 4, 16 ... splits per sequence)
+  and a step replays the smallest that holds its longest context: a batch of short contexts launches no idle
+  split programs and no merge, a long one gets all the splits it needs;
 - **extend**, one per padded token count (up to `max_extend`): a single sequence's chunk after its cached prefix —
   a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark — or a whole
   prompt of a few thousand tokens, a cold request, which would otherwise launch its ~1,000 kernels one by one.
@@ -30,8 +33,8 @@ from step02_paged.forward_batch import ForwardBatch
 from step02_paged.kv_pool import KVPool
 from step02_paged.model_runner import ModelRunner
 
-from .cascade import CascadeBatch, CascadeGrid, CascadeMetadata
-from .decode_attention import num_kv_splits
+from .cascade import CascadeBatch, CascadeGrid, CascadeMetadata, cascade_suffix_lens
+from .decode_attention import split_bucket, split_buckets
 from .fusion import fused_decode
 from .triton_attention import TritonMetadata, TritonPagedAttention
 
@@ -47,8 +50,9 @@ class CUDAGraphRunner(ModelRunner):
     def __init__(self, model: Transformer, attention: AttentionBackend, pool: KVPool, fuse: bool = False) -> None:
         super().__init__(model, attention, pool)
         self.fuse = fuse  # capture the fused step (fusion.py); eager steps keep chapter 1's code
-        self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, size, split axis) -> graph
         self.replays = 0  # steps served by a graph (the rest ran eagerly)
+        self.replayed: set[tuple[str, int, int]] = set()  # which graphs served them: (kind, size, split axis)
         self.timings: list | None = None  # set to a list to get (start, end) CUDA events around every replay
 
     @torch.inference_mode()
@@ -75,58 +79,64 @@ class CUDAGraphRunner(ModelRunner):
         self.logits = torch.zeros(self.max_batch, cfg.vocab_size, dtype=dtype, device=dev)
         self.decode_sizes = [b for b in BATCH_SIZES if b < self.max_batch] + [self.max_batch]
         self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
-        kinds = [("decode", b) for b in reversed(self.decode_sizes)] + [("extend", t) for t in self.extend_sizes]
-        self.cascades: dict[int, CascadeMetadata] = {}  # batch size -> the static work lists its graph reads
+        self.split_buckets = split_buckets(cfg.max_position_embeddings)
+        kinds = [("decode", b, s) for b in reversed(self.decode_sizes) for s in self.split_buckets]
+        kinds += [("extend", t, 0) for t in self.extend_sizes]
+        self.cascades: dict[tuple[int, int], CascadeMetadata] = {}  # (batch, split axis) -> its graph's work lists
         if cascade_min_seqs:
             heads, kv_heads = cfg.num_heads, cfg.num_kv_heads
             for b in self.decode_sizes:
-                if b >= cascade_min_seqs:
-                    grid = CascadeGrid.for_batch(b, heads // kv_heads, cascade_min_seqs, cfg.max_position_embeddings,
-                                                 cfg.head_dim)
-                    self.cascades[b] = CascadeMetadata.build([], [1] * b, heads, kv_heads, cfg.head_dim, dev,
-                                                             grid=grid)
-                    kinds.insert(0, ("cascade", b))
+                for s in self.split_buckets if b >= cascade_min_seqs else ():
+                    grid = CascadeGrid.for_batch(b, heads // kv_heads, cascade_min_seqs, cfg.head_dim, splits=s)
+                    self.cascades[b, s] = CascadeMetadata.build([], [1] * b, heads, kv_heads, cfg.head_dim, dev,
+                                                                grid=grid)
+                    kinds.insert(0, ("cascade", b, s))
         mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
         with fused_decode(self.model) if self.fuse else contextlib.nullcontext([]) as fused_weights:
             self.fused_weights = fused_weights  # the graphs read them: they live as long as the graphs
-            for kind, size in kinds:
-                self._forward(kind, size)  # compile the kernels and warm up outside the capture (slot -1)
+            for key in kinds:
+                self._forward(*key)  # compile the kernels and warm up outside the capture (slot -1)
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=mempool):
-                    self._forward(kind, size)
-                self.graphs[kind, size] = graph
+                    self._forward(*key)
+                self.graphs[key] = graph
 
-    def _forward(self, kind: str, size: int) -> None:
-        """The captured computation: a decode batch of `size` rows, or one sequence's chunk of `size` tokens."""
+    def _forward(self, kind: str, size: int, splits: int) -> None:
+        """The captured computation: a decode batch of `size` rows whose attention grid has `splits` splits per
+        sequence, or one sequence's chunk of `size` tokens."""
         rows = 1 if kind == "extend" else size
         table = self.table.index_select(0, self.rows[:rows])
         if kind == "extend":
             md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:1], self.query_start_loc, 0, size, 1)
         else:
-            splits = num_kv_splits(self.model.config.max_position_embeddings)  # the grid of the longest context
             md = TritonMetadata(self.slot_mapping[:size], table, self.seq_lens[:size], self.query_start_loc[:1],
                                 size, 0, splits)
-        store = TritonPagedAttention(self.pool, md, self.cascades.get(size) if kind == "cascade" else None)
+        store = TritonPagedAttention(self.pool, md, self.cascades.get((size, splits)) if kind == "cascade" else None)
         hidden = self.model(self.input_ids[:size], self.positions[:size], store)
         self.hidden[:size].copy_(hidden)
         if kind != "extend":
             self.logits[:size].copy_(self.model.compute_logits(hidden))
 
-    def _graph_for(self, batch: ForwardBatch) -> tuple[str, int] | None:
-        """The captured graph that can run this step, if any: a decode batch, or one short chunk whose padded
-        context stays inside the block table."""
+    def _graph_for(self, batch: ForwardBatch) -> tuple[str, int, int] | None:
+        """The captured graph that can run this step, if any: a decode batch (on the smallest split axis that
+        holds its longest context, or for a cascade its longest suffix), or one short chunk whose padded context
+        stays inside the block table."""
         n = batch.num_tokens
         if not self.graphs:
             return None
         if batch.num_decodes == n and n <= self.max_batch:
             size = next(b for b in self.decode_sizes if b >= n)
-            cascade = isinstance(batch, CascadeBatch) and batch.cascade and size in self.cascades
-            return ("cascade" if cascade else "decode"), size
+            if isinstance(batch, CascadeBatch) and batch.cascade:
+                lens = [c + 1 for c in batch.num_computed]
+                splits = split_bucket(self.split_buckets, int(cascade_suffix_lens(batch.cascade, lens).max()))
+                if (size, splits) in self.cascades:
+                    return "cascade", size, splits
+            return "decode", size, split_bucket(self.split_buckets, batch.max_seq_len)
         if batch.num_seqs == 1 and n <= self.max_extend:
             size = next(t for t in self.extend_sizes if t >= n)
             if batch.max_seq_len + size - n <= self.model.config.max_position_embeddings:
-                return "extend", size
+                return "extend", size, 0
         return None
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
@@ -134,7 +144,7 @@ class CUDAGraphRunner(ModelRunner):
         graph = self._graph_for(batch)
         if graph is None:
             return super().forward(batch)
-        kind, size = graph
+        kind, size, splits = graph
         n = batch.num_tokens
         rows = 1 if kind == "extend" else n
         self.input_ids[:n].copy_(batch.input_ids)
@@ -146,7 +156,7 @@ class CUDAGraphRunner(ModelRunner):
             self.seq_lens[:n].copy_(batch.seq_lens)
             self.seq_lens[n:size].fill_(1)
         if kind == "cascade":  # this step's work lists, padded to the sizes the graph was captured with
-            static = self.cascades[size]
+            static = self.cascades[size, splits]
             lens = [c + 1 for c in batch.num_computed] + [1] * (size - n)
             cfg = self.model.config
             md = CascadeMetadata.build(batch.cascade, lens, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
@@ -156,14 +166,15 @@ class CUDAGraphRunner(ModelRunner):
             self.seq_lens[:1].copy_(batch.seq_lens + (size - n))
             self.query_start_loc[1:].fill_(size)  # a kernel: setting an item from the host would wait for the GPU
         if self.timings is None:
-            self.graphs[kind, size].replay()
+            self.graphs[graph].replay()
         else:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            self.graphs[kind, size].replay()
+            self.graphs[graph].replay()
             end.record()
             self.timings.append((start, end))
         self.replays += 1
+        self.replayed.add(graph)
         if kind != "extend":  # a decode step: every row samples, and the graph computed their logits
             return self.logits[:n]
         return self.model.compute_logits(self.hidden[:n][batch.logits_indices])

@@ -44,6 +44,7 @@ FILL_PER_SM = 4  # near-uniform batches: split only until there are this many pr
 MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
 MAX_SPLITS = 64  # the merge holds every split of a head in registers
 DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `measure/kernels.py --part sweep`
+DECODE_TILE_FP8 = {64: (128, 4), 128: (128, 4)}  # an FP8 pool: twice the keys per tile, the best of `measure/fp8.py`
 
 
 @triton.jit
@@ -86,13 +87,13 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
 
     # 2. Raw scores of every row against the tile; -inf where a key is hidden.
     if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
-        # An FP8 pool, a scale per key: every e4m3 value is exact in q's dtype. K's scales multiply the scores
-        # (q . (s k) = s (q . k): BLOCK_N products per row, not BLOCK_N x HEAD_DIM); V's tile is multiplied by its
-        # scales as loaded.
+        # An FP8 pool, a scale per key. The products run in q's dtype, fp16 for this pool (`compute_q`): every
+        # e4m3 value is exact in it. K's scales multiply the scores (q . (s k) = s (q . k): BLOCK_N products per row,
+        # not BLOCK_N x HEAD_DIM); V's tile is multiplied by its scales as loaded.
         scale_at = slot * SCALE_SLOT + kv_head * SCALE_HEAD
         s = dot(q, tl.trans(k.to(q.dtype)), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
         s = s * tl.load(k_scale_ptr + scale_at)[None, :]
-        v = (v.to(tl.float32) * tl.load(v_scale_ptr + scale_at)[:, None]).to(q.dtype)
+        v = v.to(q.dtype) * tl.load(v_scale_ptr + scale_at).to(q.dtype)[:, None]
     else:
         s = dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
     if MASK_TAIL:
@@ -112,6 +113,19 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     acc = dot(p.to(v.dtype), v, acc * alpha[:, None], IEEE)
     # END SOLUTION
     return m_new, l_i, acc
+
+
+@triton.jit
+def compute_q(q, k_cache_ptr, IEEE: tl.constexpr):
+    """The query rows in the dtype the products run in: q's own, but fp16 over an FP8 pool (fp32 stays fp32). The
+    GPU converts two e4m3 bytes into two fp16 in one instruction, where bf16 takes a detour through fp32, and fp16
+    holds every e4m3 value exactly (K/V activations of a trained model sit well inside its range, 6e-5 to 65,504).
+    Converted once per program, before the loop over key tiles."""
+    out = q
+    if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
+        if not IEEE:
+            out = q.to(tl.float16)
+    return out
 
 
 @triton.jit
@@ -193,6 +207,7 @@ def _decode_split_kernel(
     dims = tl.arange(0, HEAD_DIM)
     q = tl.load(q_ptr + b * stride_q_b + heads[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < GROUP,
                 other=0.0)
+    q = compute_q(q, k_cache_ptr, IEEE)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max of the scores (log2 domain)
     l_i = tl.zeros([GROUP_PAD], tl.float32)  # running sum of exp2(score - m_i)
@@ -253,6 +268,22 @@ def num_kv_splits(max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
     A host integer from a host integer, no GPU read: in eager mode the batch's longest context, for a CUDA
     graph the longest context it will replay (the programs past a shorter context's splits return at once)."""
     return max(1, min(cdiv(max_seq_len, min_split_len), MAX_SPLITS))
+
+
+def split_buckets(max_context: int, min_split_len: int = MIN_SPLIT_LEN) -> list[int]:
+    """The split axes a CUDA-graph runner captures each decode batch size with: powers of four, up to the axis of
+    the longest context it will replay. A replay takes the smallest axis that covers its step's longest context
+    (`split_bucket`), so its grid is at most four times what the step uses, where one axis sized for the longest
+    context launches up to 64 times more programs than a batch of short contexts needs (each one reading the
+    batch's lengths before it returns); and a step whose contexts all fit one split runs no merge."""
+    top = num_kv_splits(max_context, min_split_len)
+    return [s for s in (1, 4, 16) if s < top] + [top]
+
+
+def split_bucket(buckets: list[int], max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
+    """The smallest captured split axis (`split_buckets`) that holds every split of a context of max_seq_len."""
+    need = num_kv_splits(max_seq_len, min_split_len)
+    return next((s for s in buckets if s >= need), buckets[-1])
 
 
 def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, block_n: int = 64,
@@ -333,7 +364,7 @@ def decode_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     suffix = kv_start is not None
     k_scale, v_scale, scale_slot, scale_head = kernel_scales(k_cache, kv_scales)
     sms = num_sms or _sm_count(q.device)
-    tile_n, warps = DECODE_TILE.get(D, (64, 4))
+    tile_n, warps = (DECODE_TILE_FP8 if k_cache.dtype == torch.float8_e4m3fn else DECODE_TILE).get(D, (64, 4))
     group = Hq // Hkv
     _decode_split_kernel[(Hkv, B, max_splits)](
         q, k_cache, v_cache, k_scale, v_scale, block_table, seq_lens, kv_start if suffix else seq_lens,

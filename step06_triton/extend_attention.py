@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode_attention import LOG2E, Partials, _sm_count, attend_tile, merge_partials, store_partial
+from .decode_attention import LOG2E, Partials, _sm_count, attend_tile, compute_q, merge_partials, store_partial
 from .store_kvcache import kernel_scales
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages), the best of `bench.py --part sweep` on an H200. 128-row tiles reuse
@@ -83,6 +83,7 @@ def _extend_kernel(
     flat = (q_start + rows).to(tl.int64)
     q = tl.load(q_ptr + flat[:, None] * stride_q_t + head * HEAD_DIM + dims[None, :], mask=row_ok[:, None],
                 other=0.0)
+    q = compute_q(q, k_cache_ptr, IEEE)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)

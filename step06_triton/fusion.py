@@ -62,6 +62,14 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def rotate_together(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chapter 1's `apply_rotary` over q and k side by side ([T, Hq + Hkv, D]): compiled, one kernel writing one
+    tensor, where two outputs of different shapes compile to two kernels. Returns views of it."""
+    qk, _ = apply_rotary(torch.cat((q, k), dim=1), k[:, :0], cos, sin)
+    return qk.split((q.shape[1], k.shape[1]), dim=1)
+
+
 def add_rms_norm(x: torch.Tensor, y: torch.Tensor, norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
     """A residual add and the RMSNorm that reads its result: (x + y, norm(x + y)), one kernel once compiled."""
     s = x + y
@@ -86,14 +94,15 @@ def fused_forward(model: Transformer, input_ids: torch.Tensor, positions: torch.
 @contextlib.contextmanager
 def fused_decode(model: Transformer, compile_pointwise: bool = True) -> Iterator[list]:
     """Within the block: q/k/v one product, gate/up one product, the model's forward in `fused_forward`'s order and
-    (compiled with torch.compile) RMSNorm, residual add + RMSNorm, RoPE and SwiGLU's activation one kernel each.
+    (compiled with torch.compile) RMSNorm, residual add + RMSNorm, RoPE of q and k and SwiGLU's activation one kernel
+    each.
     Chapter 1's code comes back on exit. Yields what the fused step uses (the fused weights, the compiled functions):
     a CUDA graph captured inside reads them, so whoever keeps the graph must keep them too."""
     attentions = [m for m in model.modules() if isinstance(m, Attention)]
     mlps = [m for m in model.modules() if isinstance(m, MLP)]
     compiled = torch.compile if compile_pointwise else (lambda fn: fn)
     act, norm, add_norm, rotate = (compiled(fn) for fn in (silu_and_mul, RMSNorm.forward, add_rms_norm,
-                                                           attention_module.apply_rotary))
+                                                           rotate_together))
     weights: list = [act, norm]
     try:
         for m in attentions:

@@ -19,6 +19,7 @@ from pathlib import Path
 from course import report as course_report
 from course.report import met
 
+from .decode_attention import split_bucket, split_buckets
 from .measure import cascade_report, engine_report, fp8_report, speculative_report
 
 RESULTS = Path(__file__).parent / "results"
@@ -39,6 +40,18 @@ def _cell(row: dict, key: str) -> str:
     if isinstance(value, dict):
         value = value.get("tb_s", value.get("tflop_s"))
     return "—" if value is None else str(value)
+
+
+def _captured(row: dict) -> tuple[str, str]:
+    """A ragged row's two captured grids: the axis the graph runner's buckets replay for this batch (measured by
+    the current `measure/kernels.py`, or, in a file written before the buckets, the eager launch itself when the
+    bucket is its axis), and one split axis sized for 32k contexts (the first captured version)."""
+    if "triton_one_axis_tb_s" in row:
+        return (f"{row['triton_graph_grid_tb_s']} ({row['graph_grid_splits']} splits)",
+                f"{row['triton_one_axis_tb_s']} ({row['one_axis_splits']} splits)")
+    bucket = split_bucket(split_buckets(32768), row["context"])
+    graph = f"{row['triton_tb_s']} ({bucket} splits: this launch)" if bucket == row["max_splits"] else "-"
+    return graph, f"{row['triton_graph_grid_tb_s']} ({row['graph_grid_splits']} splits)"
 
 
 def _splits(row: dict) -> str:
@@ -75,12 +88,13 @@ def tables(res: dict) -> str:
               f"from 1..{k['ragged']['max_context']} ({ragged[0]['total_tokens']} tokens in all), blocks scattered "
               "over a pool twice the size needed, bf16, TB/s; the baselines pad the batch to its longest context (a "
               "key mask hides the padding) and are charged for the real bytes only:", "",
-              "| heads (query / KV x head_dim) | block | splits per sequence | Triton (ours) | on a CUDA graph's "
-              "grid | first version's rule | gather + SDPA | FlexAttention paged | contiguous SDPA (padded) | copy |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| heads (query / KV x head_dim) | block | splits per sequence | Triton (ours) | as a captured step "
+              "replays it | one split axis for 32k contexts | first version's rule | gather + SDPA | FlexAttention "
+              "paged | contiguous SDPA (padded) | copy |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in ragged:
         lines.append(f"| {r['heads']} | {r['block_size']} | {_splits(r)} | **{r['triton_tb_s']}** | "
-                     f"{r['triton_graph_grid_tb_s']} ({r['graph_grid_splits']} splits) | "
+                     f"{' | '.join(_captured(r))} | "
                      f"{r['triton_first_rule_tb_s']} ({r['first_rule_splits']} per sequence) | "
                      f"{r['gather_sdpa_tb_s']} | {_flex(r)} | {r['contiguous_sdpa_tb_s']} | {r['copy_tb_s']} |")
     lines += ["", "**Prefill with a cached prefix** (32 / 8 heads, head_dim 128, block 16), TFLOP/s over the visible "
@@ -175,9 +189,9 @@ def split_rule(res: dict) -> str:
             f"{lm['triton_first_rule_tb_s']} TB/s with {l_name} heads and {sm['triton_first_rule_tb_s']} with "
             f"{s_name}; cutting by work ({_splits(lm)} splits per sequence with {l_name} heads, {_splits(sm)} with "
             f"{s_name}) moves **{lm['triton_tb_s']}** and **{sm['triton_tb_s']}** TB/s, where a copy of the same bytes "
-            f"moves {lm['copy_tb_s']} and {sm['copy_tb_s']}. On the grid a CUDA graph would capture for contexts up "
-            f"to 32k tokens ({lm['graph_grid_splits']} split programs per sequence and KV head, the unused ones "
-            f"returning at once) it moves {lm['triton_graph_grid_tb_s']} and {sm['triton_graph_grid_tb_s']}. The "
+            f"moves {lm['copy_tb_s']} and {sm['copy_tb_s']}. A CUDA graph replays this batch on "
+            f"{_captured(lm)[0]} and {_captured(sm)[0]} TB/s; on one split axis sized for contexts up to 32k tokens "
+            f"(the unused programs returning at once) it moved {_captured(lm)[1]} and {_captured(sm)[1]}. The "
             f"uniform 64 x 4096 batch is near-uniform: {lo if lo == hi else f'{lo} to {hi}'} split per sequence, "
             f"{main['triton_tb_s']} TB/s, where the first version moved {main['first_version_tb_s']}.\n")
 

@@ -31,16 +31,18 @@ def tables(res: dict | None) -> str:
     rows = []
     for name, r in att.items():
         if "error" in r:
-            rows.append([SHAPES.get(name, name), f"failed: {r['error']}"] + [""] * 6)
+            rows.append([SHAPES.get(name, name), f"failed: {r['error']}"] + [""] * 7)
             continue
         rows.append([SHAPES.get(name, name), r["plain_us"], r.get("plain_distinct_us", "-"), r["cascade_us"],
-                     r["cascade_graph_grid_us"], f"**{r['speedup']}x**", r.get("bound_us", "-"),
+                     f"{r['cascade_graph_grid_us']} ({r['graph_suffix_splits']})", r["cascade_one_axis_us"],
+                     f"**{r['speedup']}x**", r.get("bound_us", "-"),
                      f"{r['plain_bytes'] / 2**20:,.0f} / {r['cascade_bytes'] / 2**20:,.1f}"])
     if rows:
         lines += ["One layer's decode attention, 256 sequences behind the prefix, 16-128 tokens of their own, "
                   "block 16, bf16, each contender checked against fp32 first, median of CUDA-graph replays (µs):", ""]
         lines += table(["heads", "plain paged decode", "plain, prefix in distinct blocks", "cascade",
-                        "cascade, a graph's fixed grid", "plain / cascade", "suffix decode + one SDPA (bound)",
+                        "cascade, as a captured step replays it (suffix splits)", "cascade, one suffix axis for "
+                        "8,192-token contexts", "plain / cascade", "suffix decode + one SDPA (bound)",
                         "MiB read, plain / cascade"], rows) + [""]
     engine_rows = []
     for part, label in (("engine_1b", "Llama-3.2-1B shape"), ("engine_smollm2", "SmolLM2-135M shape")):

@@ -38,6 +38,7 @@ from step02_paged import Engine, EngineConfig
 from step02_paged.geometry import cdiv
 from step05_bridge.tier_bench import host_tier_gpu, host_tier_identity_gpu
 
+from ..decode_attention import split_bucket
 from ..engine import make_engine
 from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model
 
@@ -89,8 +90,18 @@ def run_engine(engine: Engine, prompts: list[list[int]], new_tokens: int) -> tup
                       steps=engine.stats.steps - steps, prompt_tokens_computed=sum(map(len, prompts)) - cached)
 
 
-def run_hf(hf, prompts: list[list[int]], new_tokens: int, cache: str | None) -> tuple[list[list[int]], dict]:
-    """Hugging Face `generate`, all requests in one left-padded batch, SDPA; each request's own tokens counted."""
+def run_hf(hf, prompts: list[list[int]], new_tokens: int, cache: str | None,
+           max_batch: int | None = None) -> tuple[list[list[int]], dict]:
+    """Hugging Face `generate`, all requests in one left-padded batch (or, with `max_batch`, in consecutive batches
+    of that many, their times added), SDPA; each request's own tokens counted."""
+    if max_batch and len(prompts) > max_batch:
+        outs, wall = [], 0.0
+        for i in range(0, len(prompts), max_batch):
+            part, fig = run_hf(hf, prompts[i:i + max_batch], new_tokens, cache)
+            outs += part
+            wall += fig["wall_s"]
+        return outs, dict(wall_s=round(wall, 4), tokens_per_s=round(len(prompts) * new_tokens / wall, 1),
+                          batch=max_batch)
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), 2, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -153,7 +164,8 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     timeline, for the synchronous and the overlapped engine."""
     graph_model = sync.runner
     size = max(b for b in graph_model.decode_sizes if b <= len(prompts))
-    graph = graph_model.graphs["decode", size]
+    splits = split_bucket(graph_model.split_buckets, int(graph_model.seq_lens[:size].max()))
+    graph = graph_model.graphs["decode", size, splits]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
@@ -176,7 +188,8 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     context = int(graph_model.seq_lens[:size].sum())
     kv_bytes = context * model.config.kv_bytes_per_token(model.dtype.itemsize)
     bandwidth = copy_bandwidth()
-    out = dict(batch=size, kernels_per_step=kernels, kernels_per_layer=round(kernels / model.config.num_layers, 1),
+    out = dict(batch=size, split_axis=splits, kernels_per_step=kernels,
+               kernels_per_layer=round(kernels / model.config.num_layers, 1),
                kernel_profile=[[name, len(t), round(sum(t), 1)] for name, t in top],
                gpu_us_per_step=round(median(times), 1),
                weight_bytes=weight_bytes, kv_bytes=kv_bytes, copy_tb_s=round(bandwidth / 1e12, 3),
@@ -254,12 +267,36 @@ def long_ttft(model: Transformer) -> dict:
         if name == "cache_on":  # a warm request's forward is one extend-graph replay; the rest is host work
             result["warm_forward_gpu_us"] = round(median(gpu[1:]) * 1e6, 1)
             result["host_us_per_warm_request"] = round(median(t - g for t, g in zip(ttft[1:], gpu[1:])) * 1e6, 1)
+            result["host_profile"] = host_profile(engine, prompts[1:], params)
     on = result["cache_on"]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     result.update(warm_over_cold=round(on["cold_ms"] / on["warm_median_ms"], 2),
                   token_bound=round(len(prompts[1]) / (len(prompts[1]) - 2080), 1),
                   weight_pass_floor_us=round(weights / copy_bandwidth() * 1e6, 1))
     return result
+
+
+def host_profile(engine: Engine, prompts: list[list[int]], params: SamplingParams, top: int = 14) -> dict:
+    """Where a warm request's host time goes: cProfile over the same warm requests again (the profiler's own cost
+    inflates every call about alike, so read the shares), the functions with the most time of their own, per
+    request."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    torch.cuda.synchronize()
+    prof.enable()
+    for p in prompts:
+        engine.generate([p], params)
+    torch.cuda.synchronize()
+    prof.disable()
+    stats = pstats.Stats(prof).stats
+    total = sum(row[2] for row in stats.values())
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    n = len(prompts)
+    return dict(requests=n, profiled_us_per_request=round(total / n * 1e6, 1), functions=[
+        dict(function=f"{Path(file).name}:{line}({func})", calls_per_request=round(calls / n, 1),
+             own_us=round(own / n * 1e6, 1), cumulative_us=round(cum / n * 1e6, 1))
+        for (file, line, func), (_, calls, own, cum, _) in rows])
 
 
 # ---- identity, fp32 ---------------------------------------------------------------------------------------------

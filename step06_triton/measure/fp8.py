@@ -41,6 +41,7 @@ from ..extend_attention import extend_attention
 from ..store_kvcache import store_kvcache
 from .common import Parts, checked, copy_bandwidth, exact_fp32, median_ms, needs_gpu, random_model
 from .engine import workload
+from .fp8_report import IDENTITY_ENGINES, identity_summary
 from .kernels import (
     HEADS,
     LLAMA,
@@ -58,7 +59,7 @@ from .kernels import (
 DEVICE = "cuda"
 BLOCK = 16
 CAPACITY = dict(requests=64, prompt=(256, 1024), new_tokens=256, budget_of_bf16_need=0.65, seed=5)
-FP8_TILES = ((64, 4), (128, 4), (128, 8))  # decode (BLOCK_N, num_warps) tried on the fp8 pool
+FP8_TILES = ((64, 4), (128, 2), (128, 4), (128, 8), (256, 4), (256, 8))  # decode (BLOCK_N, num_warps) tried on fp8
 TARGETS = dict(decode_tokens_ratio=1.8)
 
 
@@ -101,7 +102,7 @@ def decode_rows(heads: str) -> dict:
         ms = median_ms(run)
         row.update(ms=round(ms, 4), bytes=nbytes, context_tokens_per_s=round(tokens / ms * 1e3),
                    tb_s=round(nbytes / ms / 1e9, 3), copy_tb_s=round(copy_bandwidth(nbytes) / 1e12, 3))
-        if name == "fp8_token":
+        if name != "bf16":
             row["tiles"] = []
             for block_n, warps in FP8_TILES:
                 tile = functools.partial(run, block_n=block_n, num_warps=warps)
@@ -114,6 +115,20 @@ def decode_rows(heads: str) -> dict:
     for name in ("fp8_token", "fp8_static"):
         out[name]["tokens_vs_bf16"] = round(out[name]["context_tokens_per_s"] / out["bf16"]["context_tokens_per_s"], 3)
     return out
+
+
+def decode_once_for_ncu(heads: str = "32/8x128") -> None:
+    """The ragged decode of `decode` once on each pool (bf16, fp8 per token, fp8 static), compiled first, so that
+    Nsight Compute profiles one launch of each: where the fp8 kernel's time goes (instructions, stalls, bytes)."""
+    hq, hkv, d = HEADS[heads]
+    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
+    k, v, table = paged_pool(lengths, BLOCK, hkv, d, spare=2.0)
+    q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
+    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+    for name, (kc, vc, scales, _, _) in fp8_pools(k, v).items():
+        paged_decode_attention(q, kc, vc, table, seq_lens, num_kv_splits(max(lengths)), kv_scales=scales)
+        torch.cuda.synchronize()
+        print("ran", name, flush=True)
 
 
 def extend_rows(prefixes: list[int], news: list[int]) -> dict:
@@ -177,6 +192,7 @@ def store_rows(tokens: int = 65536) -> dict:
 IDENTITY_RUNS = {"torch": dict(graphs=False, attention_backend="torch"), "triton": dict(graphs=False),
                  "triton_graphs_fused_overlap": dict(overlap=True),
                  "triton_graphs_fused_cascade": dict(cascade=True, cascade_min_seqs=4)}
+assert list(IDENTITY_RUNS)[1:] == IDENTITY_ENGINES
 
 
 def identity_run(name: str) -> dict:
@@ -196,16 +212,9 @@ def identity_run(name: str) -> dict:
 
 
 def identity_fp32(runs: dict) -> dict:
-    """The kernels' greedy tokens (eager, graphs, overlap, cascade) against the torch path's, request by request
-    (where two correct fp32 computations agree on every argmax), from the engines' parts."""
-    tokens = {name: r["tokens"] for name, r in runs.items() if "tokens" in r}
-    if "torch" not in tokens or len(tokens) < len(IDENTITY_RUNS):
-        missing = sorted(set(IDENTITY_RUNS) - set(tokens))
-        raise RuntimeError(f"engines without tokens: {', '.join(missing)} (see identity_runs)")
-    same = {k: sum(a == b for a, b in zip(v, tokens["torch"])) for k, v in tokens.items()}
-    n = len(tokens["torch"])
-    return dict(requests=n, new_tokens=32, identical_requests_vs_torch=same, all_identical=all(v == n for v in
-                                                                                               same.values()))
+    """The kernels' greedy tokens (eager, graphs, overlap, cascade) against the torch path's, request by request,
+    from the engines' parts (fp8_report.identity_summary)."""
+    return identity_summary(runs, IDENTITY_ENGINES)
 
 
 def capacity_prompts(vocab: int) -> list[list[int]]:
@@ -291,9 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", default=["identity", "decode", "extend", "capacity"],
                     choices=["identity", "decode", "extend", "capacity"])
     ap.add_argument("--quick", action="store_true", help="one capacity round (a smoke test)")
+    ap.add_argument("--ncu", action="store_true", help="no JSON: the ragged decode once per pool, for Nsight Compute "
+                    "(ncu --kernel-name regex:_decode_split_kernel)")
     args = ap.parse_args(argv)
     if not needs_gpu("step06_triton.measure.fp8"):
         return 2
+    if args.ncu:
+        decode_once_for_ncu()
+        return 0
     parts = Parts(args.out, "python -m step06_triton.measure.fp8 " + " ".join(argv or sys.argv[1:]),
                   keep=args.parts != ap.get_default("parts"))
     if "identity" in args.parts:

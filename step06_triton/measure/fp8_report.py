@@ -14,6 +14,7 @@ from step02_paged.geometry import cdiv
 
 RESULTS = Path(__file__).parent.parent / "results"
 GPU_COMMAND = "python -m step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json"
+IDENTITY_ENGINES = ["triton", "triton_graphs_fused_overlap", "triton_graphs_fused_cascade"]  # measure/fp8.py's runs
 CPU_COMMAND = "python -m course bench step06 --workload fp8 --save"
 POOLS = {  # the accuracy JSON's variant -> (scales, the capacity table's pool)
     "fp8, per token and head (dynamic)": ("per token and head, computed as stored", "fp8, scales per token and head"),
@@ -31,6 +32,23 @@ def load_accuracy() -> dict | None:
 
 def load_gpu(path: Path = RESULTS / "h200_fp8.json") -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def identity_summary(runs: dict, engines: list[str]) -> dict:
+    """The fp32 identity check from its engines' tokens (`identity_runs`: one part per engine, the torch path
+    first): per engine, the requests whose greedy tokens equal the torch path's and the first token where each
+    request differs (None: it does not); the engines of `engines` that did not finish."""
+    tokens = {name: r["tokens"] for name, r in runs.items() if "tokens" in r}
+    if "torch" not in tokens:
+        raise RuntimeError("the torch path's run did not finish (see identity_runs)")
+    ref = tokens["torch"]
+    first = {name: [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None) for x, y in zip(seqs, ref)]
+             for name, seqs in tokens.items() if name != "torch"}
+    missing = [name for name in engines if name not in tokens]
+    same = {name: sum(f is None for f in fs) for name, fs in first.items()}
+    return dict(requests=len(ref), new_tokens=len(ref[0]), identical_requests_vs_torch=same,
+                first_divergence=first, missing=missing,
+                all_identical=not missing and all(n == len(ref) for n in same.values()))
 
 
 def pct(x: float) -> str:
@@ -157,10 +175,16 @@ def tables(gpu: dict | None) -> str:
                   "three interleaved rounds:", ""]
         lines += table(["pool", "GiB", "blocks (all requests need)", "preemptions", "tokens / s", "p50 latency (s)",
                         "p99 latency (s)", "p99 TTFT (s)"], rows) + [""]
-    ident = gpu.get("identity_fp32", {})
-    if "all_identical" in ident:
-        lines += [f"fp32, an fp8 pool: the kernels' greedy tokens equal the torch path's: "
-                  f"{fmt(ident['all_identical'])} ({ident['identical_requests_vs_torch']}).", ""]
+    if "torch" in gpu.get("identity_runs", {}):
+        ident = identity_summary(gpu["identity_runs"], IDENTITY_ENGINES)
+        rows = [[name, f"{same}/{ident['requests']}", ", ".join("-" if f is None else str(f)
+                                                                for f in ident["first_divergence"][name])]
+                for name, same in ident["identical_requests_vs_torch"].items()]
+        unfinished = f"; not finished in the run's time: {', '.join(ident['missing'])}" if ident["missing"] else ""
+        lines += [f"**fp32, an fp8 pool, SmolLM2's shape** ({ident['requests']} requests of about 1,550 tokens behind "
+                  f"a shared system prompt, {ident['new_tokens']} greedy tokens): the kernels' tokens against the "
+                  f"torch path's, request by request{unfinished}:", ""]
+        lines += table(["engine", "requests identical", "first differing token, per request"], rows) + [""]
     if gpu.get("goals"):
         lines += table(["target", "measured", "verdict"],
                        [[g["goal"], g["measured"], met(g["met"])] for g in gpu["goals"]]) + [""]

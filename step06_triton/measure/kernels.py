@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.kernels [--part kernels|sweep|all|ncu] [--json] [--out FILE]`: the chapter's
+"""`python -m step06_triton.measure.kernels [--part kernels|sweep|short|all|ncu] [--json] [--out FILE]`: the chapter's
 kernels on a GPU, against what a user would pick instead, side by side in one run.
 
 Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-3-8B layer) and 9 / 3 of 64
@@ -14,6 +14,8 @@ Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-
   prefixes 0..8192, 16..1024 new tokens each) — TFLOP/s against FlexAttention (and SDPA where it applies);
 * store_kvcache: GB/s.
 `--part sweep` times the launch rule's target and the tile configurations the kernels' defaults come from;
+`--part short` times the floor of the split rule (`min_split_len`) and the tile on the decode batch of an engine
+step: 64 contexts of 20..1,600 tokens (the `random` workload's), both head shapes;
 `--part ncu` runs the prefill kernel and FlexAttention's once each, for Nsight Compute.
 The engine end to end is engine.py's (`python -m step06_triton.measure.engine`, its own JSON).
 
@@ -38,7 +40,15 @@ import torch.nn.functional as F
 from step01_kvcache.attention import attention
 from step02_paged.geometry import cdiv
 
-from ..decode_attention import DECODE_TILE, Partials, num_kv_splits, paged_decode_attention, split_plan_host
+from ..decode_attention import (
+    DECODE_TILE,
+    Partials,
+    num_kv_splits,
+    paged_decode_attention,
+    split_bucket,
+    split_buckets,
+    split_plan_host,
+)
 from ..extend_attention import extend_attention
 from ..store_kvcache import store_kvcache
 from .common import ceilings, checked, copy_bandwidth, eager_ms, machine, median_ms, needs_gpu, rel_err
@@ -47,6 +57,7 @@ HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64)}  # query heads, KV head
 LLAMA, SMOLLM2 = HEADS
 UNIFORM_SHAPES = [(64, 4096), (256, 1024), (8, 32768)]
 RAGGED = dict(batch=64, max_context=8192, seed=0)  # contexts uniform in 1..max_context
+SHORT = dict(batch=64, low=20, high=1600, seed=1)  # an engine's decode step on the `random` workload
 PREFILL_SHAPE = (4, 4096, 2048)  # batch, cached prefix, new tokens
 RAGGED_PREFILL = dict(batch=8, max_prefix=8192, new=(16, 1024), seed=1)
 # The first version of the decode kernel on the uniform rows (results/h200.json of 2026-12-01, 32/8 heads):
@@ -179,15 +190,17 @@ def bench_decode(heads: str, lengths: list[int], block_size: int, spare: float =
     row["triton_eager_tb_s"] = tb_s(eager_ms(lambda: paged_decode_attention(q, k, v, table, seq_lens, splits, out,
                                                                              partials)))
     if ragged:  # the same kernel on a CUDA graph's grid, and under the first version's rule
-        graph_grid = num_kv_splits(32768)  # captured for contexts up to 32k tokens
+        one_axis = num_kv_splits(32768)  # a graph captured for contexts up to 32k tokens on one split axis
+        graph_grid = split_bucket(split_buckets(32768), max(lengths))  # the axis the runner's buckets replay
         first = first_version_splits(batch, hkv, max(lengths))
-        variants = dict(graph_grid=dict(max_splits=graph_grid),  # as many equal splits as the first rule:
+        variants = dict(graph_grid=dict(max_splits=graph_grid), one_axis=dict(max_splits=one_axis),
+                        # as many equal splits as the first rule:
                         first_rule=dict(max_splits=first, num_sms=2**26, min_split_len=1))  # split_len 1, capped
         for name, kw in variants.items():
             run = functools.partial(paged_decode_attention, q, k, v, table, seq_lens, **kw)
             checked(run(), ref, f"decode {heads} {name}")
             row[f"triton_{name}_tb_s"] = tb_s(median_ms(run))
-        row["graph_grid_splits"], row["first_rule_splits"] = graph_grid, first
+        row["graph_grid_splits"], row["one_axis_splits"], row["first_rule_splits"] = graph_grid, one_axis, first
     else:
         row["first_version_tb_s"] = FIRST_VERSION_TB_S.get((batch, max(lengths), block_size))
 
@@ -432,6 +445,39 @@ def run_kernels() -> dict:
     return res
 
 
+def short_sweep() -> dict:
+    """Decode over short ragged contexts (SHORT): one wave of a few hundred programs on 132 SMs, each walking up
+    to MIN_SPLIT_LEN keys alone, is latency-bound; a lower floor on the split length gives more, shorter programs
+    and a merge. Each floor and tile, checked, then timed (the merge included), both head shapes."""
+    lengths = ragged_lengths(SHORT["batch"], SHORT["low"], SHORT["high"], SHORT["seed"])
+    out: dict = dict(lengths=dict(batch=len(lengths), total=sum(lengths), max=max(lengths)), rows=[])
+    for heads in HEADS:
+        hq, hkv, d = HEADS[heads]
+        k, v, table = paged_pool(lengths, 16, hkv, d, 2.0)
+        q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
+        seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+        nbytes = 2 * sum(lengths) * hkv * d * 2 + 2 * q.nbytes
+        gk, gv = gather_kv(k, v, context_slots(table, lengths, 16))
+        ref = F.scaled_dot_product_attention(q.float().unsqueeze(2), gk.float().transpose(1, 2),
+                                             gv.float().transpose(1, 2), attn_mask=key_mask(lengths),
+                                             enable_gqa=True).squeeze(2)
+        del gk, gv
+        for floor in (32, 64, 128, 256, 512):
+            for block_n, warps in ((32, 4), (64, 4)):
+                run = functools.partial(paged_decode_attention, q, k, v, table, seq_lens,
+                                        num_kv_splits(max(lengths), floor), min_split_len=floor, block_n=block_n,
+                                        num_warps=warps)
+                row = dict(heads=heads, min_split_len=floor, block_n=block_n, warps=warps,
+                           rel_err=checked(run(), ref, f"short decode {heads} floor {floor}"))
+                us = median_ms(run) * 1e3
+                row.update(us=round(us, 2), tb_s=round(nbytes / us / 1e6, 3))
+                out["rows"].append(row)
+                print("short", json.dumps(row), flush=True)
+        del k, v
+        torch.cuda.empty_cache()
+    return out
+
+
 def run_once_for_ncu() -> None:
     """For Nsight Compute (`ncu --kernel-name regex:'decode|merge|extend|flex'`): the ragged decode of each head
     shape once, then the prefill shape once through our kernel and once through FlexAttention, each after a
@@ -458,7 +504,7 @@ def run_once_for_ncu() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["kernels", "sweep", "all", "ncu"], default="all")
+    ap.add_argument("--part", choices=["kernels", "sweep", "short", "all", "ncu"], default="all")
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     ap.add_argument("--out", type=Path, help="also write the JSON to this file (e.g. results/h200.json)")
     args = ap.parse_args(argv)
@@ -474,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
                         **{k: v for k, v in keep.items() if k not in ("chapter", "machine")})
     if args.part == "sweep":
         result["sweep"] = dict(command=command, machine=machine(), **sweep())
+    if args.part == "short":
+        result["short"] = dict(command=command, machine=machine(), **short_sweep())
     if args.part in ("kernels", "all"):
         result["kernels"] = dict(command=command, machine=machine(), **run_kernels())
     text = json.dumps(result)

@@ -636,15 +636,24 @@ def test_step06_theory():
     says(path, f"decode rows ({cascade_engine.MIN_SEQS}) sharing", f"tokens ({cascade_engine.MIN_TOKENS}, vLLM's "
          "threshold)")
     group = S["num_heads"] // S["num_kv_heads"]
-    grid = CascadeGrid.for_batch(batch, group, cascade_engine.MIN_SEQS, RAGGED["max_context"], S["head_dim"])
+    buckets = decode_attention.split_buckets(S["max_position_embeddings"])
+    kv, one_axis, axis = S["num_kv_heads"], buckets[-1], row["graph_suffix_splits"]
+    grid = CascadeGrid.for_batch(batch, group, cascade_engine.MIN_SEQS, S["head_dim"], splits=one_axis)
     assert grid.prefix_splits == cascade_kernels.MAX_PREFIX_SPLITS
+    assert axis == decode_attention.split_bucket(buckets, own[1])
+    big = _cascade()["attention"]["llama_3_2_1b"]
     says(path, f"tiles for any groups of {cascade_engine.MIN_SEQS} or more rows, {grid.prefix_splits} prefix splits",
-         f"at {batch} rows of SmolLM2's heads", f"launches {S['num_kv_heads']} × {grid.tiles} tiles × "
-         f"{grid.prefix_splits} splits = {S['num_kv_heads'] * grid.tiles * grid.prefix_splits:,} prefix programs",
-         f"needs {S['num_kv_heads']} × {row['tiles']} × {row['prefix_splits'][0]} = "
-         f"{S['num_kv_heads'] * row['tiles'] * row['prefix_splits'][0]:,}",
-         f"{S['num_kv_heads']} × {batch} × {grid.splits} = {S['num_kv_heads'] * batch * grid.splits:,}\nprograms "
-         f"where {S['num_kv_heads'] * batch} do the work")
+         f"At {batch}\nrows of SmolLM2's heads a captured step launches {kv} × {grid.tiles} tiles × "
+         f"{grid.prefix_splits} splits = {kv * grid.tiles * grid.prefix_splits:,} prefix programs",
+         f"needs {kv} × {row['tiles']} × {row['prefix_splits'][0]} = {kv * row['tiles'] * row['prefix_splits'][0]:,}",
+         f"sized for the longest context a graph serves ({one_axis} splits for {S['max_position_embeddings']:,} "
+         f"tokens), it launched {kv} × {batch} × {one_axis} = {kv * batch * one_axis:,} programs where {kv * batch} do "
+         f"the work", f"the step took {row['cascade_one_axis_us']} µs against the eager plan's {row['cascade_us']}",
+         f"(`split_buckets`: {', '.join(map(str, buckets[:-1]))} and {one_axis} splits here",
+         f"suffixes of {own[0]}-{own[1]} tokens take the axis of {axis} split, {kv} × {batch} × {axis} = "
+         f"{kv * batch * axis:,} programs", f"the captured step takes {row['cascade_graph_grid_us']} µs (the 1B heads: "
+         f"{big['cascade_graph_grid_us']} against {big['cascade_one_axis_us']} on the single axis and "
+         f"{big['cascade_us']} eager)")
     engine = _h200_engine()["smollm2_135m"]["random"]["decode"]
     says(path, f"SmolLM2 with {engine['batch']} sequences is")
     says(path, f"SmolLM2-135M's decode step moves about {(engine['weight_bytes'] + engine['kv_bytes']) / 1e9:.1f} GB "
@@ -711,13 +720,18 @@ def test_step06_measured():
          f"at {uniform['batch']} × {uniform['context']:,} and {long['batch']} × {long['context'] // 1024}k "
          "(the target")
     ragged1 = _decode_row("32/8x128", True, 1)
+    from step06_triton.decode_attention import split_bucket, split_buckets
+    one_axis_splits = ragged.get("one_axis_splits", ragged["graph_grid_splits"])  # files before the buckets: one axis
+    one_axis_tb_s = ragged.get("triton_one_axis_tb_s", ragged["triton_graph_grid_tb_s"])
+    bucket = split_bucket(split_buckets(32768), ragged["context"])
+    assert bucket == ragged["max_splits"], "the lesson says the captured step replays the eager launch"
     says(path, f"lifts the {ragged['hq']}/{ragged['hkv']} × {ragged['d']} layer from "
                f"{ragged['triton_first_rule_tb_s']} TB/s",
          f"to {ragged['triton_tb_s']} with blocks of 16 and {ragged1['triton_tb_s']} with blocks of 1 — "
                f"{1 - ragged['triton_tb_s'] / target(big_target):.1%} under and just over the target\nof "
                f"{target(big_target)}",
-         f"contexts up to\n{ragged['graph_grid_splits'] * 512 // 1024}k tokens ({ragged['graph_grid_splits']} split "
-         f"programs", f"it moves {ragged['triton_graph_grid_tb_s']:.2f}:",
+         f"contexts up to\n{one_axis_splits * 512 // 1024}k tokens ({one_axis_splits} split programs",
+         f"it moves {one_axis_tb_s:.2f}:", f"for this\nbatch that is {bucket} splits, the very launch",
          f"The SmolLM2 layer ({small['hq']}/{small['hkv']} × {small['d']}) moves {small['triton_tb_s']:.2f}, from "
          f"{small['triton_first_rule_tb_s']:.2f} under the first rule",
          f"~{round(small_mb, -1):.0f} MB moves {small['copy_tb_s']:.2f}")
@@ -744,19 +758,34 @@ def test_step06_measured():
     busy = sorted(m[w]["decode"]["overlap"]["gpu_busy_fraction"] for m in (small_e, big_e)
                   for w in ("random", "shared_system") if w in m)
     idle = 1 - small_e["random"]["decode"]["sync"]["gpu_busy_fraction"]
-    long_run = small_e["long"]
-    target = next(g for g in small_e.get("goals", e["goals"]) if "long" in g["goal"])
-    wanted = re.search(r">= (\d+)x", target["goal"])[1]
-    says(path, f"The overlapped engine makes {small_e['random']['engine_overlap']['ratio_vs_hf_static']}x Hugging",
+    long_run, dec = small_e["long"], small_e["random"]["decode"]
+    goals = {g["goal"]: g for g in e["goals"]}
+    ratio = next(g for name, g in goals.items() if name.startswith("smollm2_135m random: engine >="))
+    cold = next(g for name, g in goals.items() if "cold TTFT" in name)
+    warm = next(g for name, g in goals.items() if "warm TTFT" in name)
+    number = lambda goal: re.search(r"([\d.]+)(?: ms|x HF)", goal["goal"])[1]  # noqa: E731
+    profile = {row["function"].split("(")[-1].rstrip(")"): row for row in long_run["host_profile"]["functions"]}
+    products = [us / n for name, n, us in dec["kernel_profile"] if name.startswith("nvjet") and n >= 30]
+    says(path, f"the overlapped engine makes {small_e['random']['engine_overlap']['ratio_vs_hf_static']}x Hugging",
+         f"(against a target of {float(number(ratio)):g}x: {'met' if ratio['met'] else 'missed'})",
          f"{big_e['random']['engine_overlap']['ratio_vs_hf_static']}x on the 1B shape and "
          f"{small_e['shared_system']['engine_overlap']['ratio_vs_hf_static']}x where "
          f"{small_e['shared_system']['requests']} requests share a", f"its GPU is busy {busy[0]:.0%}-{busy[-1]:.0%} "
          f"of the decode phase".replace("%-", "-"), f"idle {idle:.0%}.",
-         f"({long_run['warm_over_cold']}x warm over cold against a target of {wanted}x)",
-         f"whose ~{long_run['cache_on']['warm_median_ms']:.0f} ms are launches",
-         f"step of SmolLM2 is still ~{small_e['random']['decode']['kernels_per_step']} kernels and "
-         f"~{small_e['random']['decode']['gpu_us_per_step'] / 1e3:.1f} ms against a "
-         f"{small_e['random']['decode']['floor_us'] / 1e3:.1f} ms floor")
+         f"A decode step of SmolLM2 at {dec['batch']} sequences is {dec['kernels_per_step']} kernels, "
+         f"{dec['kernels_per_layer']} per layer",
+         f"and {dec['gpu_us_per_step'] / 1e3:.1f} ms of GPU against a {dec['floor_us'] / 1e3:.1f} ms floor",
+         f"its attention takes {dec['kernel_profile'][0][2] / dec['kernel_profile'][0][1]:.0f} µs a layer and each of "
+         f"its matrix products {min(products):.1f} to\n{max(products):.1f} µs at {dec['batch']} rows",
+         f"a cold request takes {long_run['cache_on']['cold_ms']} ms (target {number(cold)}: "
+         f"{'met' if cold['met'] else 'missed'})", f"a warm one {long_run['cache_on']['warm_median_ms']} ms (target "
+         f"{number(warm)}: {'met' if warm['met'] else 'missed'})",
+         f"{long_run['warm_forward_gpu_us'] / 1e3:.2f} ms of GPU",
+         f"{long_run['host_us_per_warm_request'] / 1e3:.2f} ms of host work",
+         f"(`tolist`, {next(r for k, r in profile.items() if 'tolist' in k)['own_us'] / 1e3:.2f} ms a request",
+         f"({profile['replay']['own_us'] / 1e3:.2f} ms for a graph",
+         f"the radix tree's match ({profile['common_prefix_len']['own_us'] / 1e3:.2f} ms)",
+         f"`ForwardBatch` ({profile['build']['own_us'] / 1e3:.2f} ms)")
 
 
 def test_step06_fp8():
@@ -769,6 +798,7 @@ def test_step06_fp8():
     import torch
 
     from step02_paged.fp8_pool import FP8_MAX, KVScales, token_scales
+    from step06_triton import decode_attention
     from step06_triton.measure.fp8_report import REQUESTS_OF
     from step06_triton.pictures import fp8_block_dot
     from step06_triton.store_kvcache import scale_layout
@@ -847,7 +877,7 @@ def test_step06_fp8():
     cache = torch.empty(2, 4, 3, 8, dtype=torch.float8_e4m3fn)  # [blocks, block_size, H_kv, D]
     per_token, per_head, per_layer = (scale_layout(cache, torch.empty(shape)) for shape in ((2, 4, 3), (3,), (1,)))
     assert per_token[0] == cache.shape[2], "per token and head, a slot's scales are H_kv apart"
-    says(path, f"({mantissa} mantissa bits fit in bf16's {round(-math.log2(torch.finfo(torch.bfloat16).eps))})",
+    says(path, f"({mantissa} mantissa bits fit in fp16's {round(-math.log2(torch.finfo(torch.float16).eps))}",
          f"strides (H_kv, {per_token[1]}) per token and head, {per_head} per head, {per_layer} per layer — a stride "
          f"of {per_layer[0]} broadcasts")
     kernels_test = (REPO_ROOT / "tests" / "step06" / "test_fp8_kernels.py").read_text()
@@ -869,14 +899,26 @@ def test_step06_fp8():
     h200 = json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_fp8.json").read_text())
     goal = next(g["goal"] for g in h200["goals"] if g["goal"].startswith("decode"))
     dims = sorted(int(shape.split("x")[1]) for shape in h200["decode"])
-    assert all(row[p]["tokens_vs_bf16"] < 1 for row in h200["decode"].values() for p in ("fp8_token", "fp8_static"))
-    assert all(row[p]["vs_bf16"] < 1 for row in (h200["extend"]["uniform"], h200["extend"]["ragged"])
-               for p in ("fp8_token", "fp8_static")), "decode and prefill slower over the fp8 pool"
-    assert all(row["fp8_static"]["tokens_vs_bf16"] > row["fp8_token"]["tokens_vs_bf16"]
-               for row in h200["decode"].values()), "the static pool runs closer to bf16"
     wanted = re.search(r">= ([\d.]+)x", goal)[1]
-    says(path, f"far from the {wanted}x that half the bytes promise",
-         f"a {fp32}-byte read beside every {dims[0]} or {dims[1]} one-byte elements")
+    big = h200["decode"]["32/8x128"]
+    says(path, f"decode over the fp8 pool at {big['fp8_token']['tokens_vs_bf16']}x the bf16 pool's tokens of\ncontext "
+               f"per second ({big['fp8_static']['tokens_vs_bf16']}x with the static pool) and prefill at "
+               f"{h200['extend']['uniform']['fp8_token']['vs_bf16']}x", f"far from the {wanted}x that half the bytes\n"
+               "promise", f"a {fp32}-byte read beside every {dims[0]} or\n{dims[1]} one-byte elements")
+    assert 1.0 > big["fp8_token"]["tokens_vs_bf16"] > 0.9, "they gain little yet: about as fast as bf16"
+    # the Nsight Compute profile: bf16, fp8 per token, fp8 static, in the order measure/fp8.py --ncu runs them
+    ncu = (REPO_ROOT / "step06_triton" / "results" / "h200_ncu_fp8_decode.txt").read_text()
+    grab = lambda pattern: [float(x.replace(",", "")) for x in re.findall(pattern, ncu)]  # noqa: E731
+    regs = grab(r"Registers Per Thread\s+register/thread\s+([\d,]+)")
+    blocks = grab(r"Block Limit Registers\s+block\s+(\d+)")
+    issue = grab(r"Warp Cycles Per Issued Instruction\s+cycle\s+([\d.]+)")
+    tb_s = grab(r"Memory Throughput\s+Tbyte/s\s+([\d.]+)")
+    instructions = grab(r"Executed Instructions\s+inst\s+([\d,]+)")
+    says(path, f"holds {regs[0]:.0f} registers a thread, so {blocks[0]:.0f} blocks fit an SM",
+         f"every {issue[0]:.1f} cycles) while DRAM moves {tb_s[0]:.2f} TB/s", f"holds {regs[1]:.0f}, so "
+         f"{blocks[1]:.0f} blocks fit, and executes {instructions[1] / instructions[0] - 1:.0%} more instructions",
+         f"a warp issues every {issue[1]:.1f} cycles", f"DRAM moves {tb_s[1]:.2f} TB/s", f"a tile of "
+         f"{decode_attention.DECODE_TILE_FP8[128][0]}\nkeys")
 
 
 

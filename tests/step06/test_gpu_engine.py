@@ -80,3 +80,21 @@ def test_seeded_sampling_is_the_same_with_and_without_overlap(model):
     outs = [drive_to_end(make_engine(model, "hash", "triton", cuda_graphs=True, overlap=overlap, num_blocks=128,
                                      block_size=16, max_num_seqs=4), prompts, params) for overlap in (False, True)]
     assert [o.output_ids for o in outs[0]] == [o.output_ids for o in outs[1]]
+
+
+def test_decode_graphs_take_the_split_axis_of_the_longest_context():
+    """A model whose graphs serve contexts up to 4,096 tokens captures each decode batch size with 1, 4 and 8
+    splits per sequence: short contexts replay the one-split graph (no merge), a long context joining the batch
+    moves the step to a wider axis, and every replay gives the eager engine's tokens."""
+    model = tiny_model(seed=5, num_heads=6, num_kv_heads=2, max_position_embeddings=4096).cuda()
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(3, 250, (n,), generator=g).tolist() for n in (40, 90, 700, 2300, 130)]
+    prompts, params, expected = with_reference(model, prompts, new_tokens=5)
+    engine = make_engine(model, "bridge", "triton", cuda_graphs=True, num_blocks=512, block_size=16,
+                         max_num_seqs=5, max_num_batched_tokens=512)
+    assert engine.runner.split_buckets == [1, 4, 8]
+    assert [o.output_ids for o in drive_to_end(engine, prompts[:2] + prompts[4:], params)] == [
+        expected[0], expected[1], expected[4]]
+    assert {key[2] for key in engine.runner.replayed if key[0] == "decode"} == {1}
+    assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected
+    assert {key[2] for key in engine.runner.replayed if key[0] == "decode"} >= {1, 8}

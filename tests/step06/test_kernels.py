@@ -16,9 +16,12 @@ from step01_kvcache.attention import attention
 from step06_triton.decode_attention import (
     FILL_PER_SM,
     MAX_SPLITS,
+    MIN_SPLIT_LEN,
     PROGRAMS_PER_SM,
     num_kv_splits,
     paged_decode_attention,
+    split_bucket,
+    split_buckets,
     split_plan,
     split_plan_host,
 )
@@ -348,3 +351,19 @@ def test_decode_and_extend_on_random_block_tables(case):
     out = extend_attention(qx, pool.k, pool.v, pool.block_table, qsl, pool.seq_lens, max(q_lens), block_m=16,
                            block_n=16)
     assert_close(out, reference_extend(pool, qx, q_lens), torch.float32)
+
+
+def test_split_buckets_cover_every_context_with_at_most_four_times_its_splits():
+    """A CUDA-graph runner captures decode steps on split axes 1, 4, 16 ... up to the longest context's; the axis
+    a step replays holds every split the launch rule gives its longest context, and is less than four times it."""
+    assert split_buckets(512) == [1]
+    assert split_buckets(8192) == [1, 4, 16]
+    assert split_buckets(4096) == [1, 4, 8]
+    assert split_buckets(131072) == [1, 4, 16, 64]
+    for top in (512, 4096, 8192, 131072):
+        buckets = split_buckets(top)
+        for context in range(1, top + 1, 97):
+            need = num_kv_splits(context)
+            axis = split_bucket(buckets, context)
+            assert axis in buckets and need <= axis < 4 * need
+    assert split_bucket(split_buckets(8192), MIN_SPLIT_LEN) == 1  # one split: no merge kernel
