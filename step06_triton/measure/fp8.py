@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from course.bench import p99
 from course.tiny import SMOLLM2_135M
@@ -46,13 +45,10 @@ from .kernels import (
     HEADS,
     LLAMA,
     PREFILL_SHAPE,
-    RAGGED,
-    context_slots,
+    decode_reference,
     extend_inputs,
-    gather_kv,
-    key_mask,
-    paged_pool,
-    ragged_lengths,
+    prefill_reference,
+    ragged_decode_batch,
     ragged_prefill_shape,
 )
 
@@ -84,18 +80,12 @@ def decode_rows(heads: str) -> dict:
     """Ragged decode over the bf16 and the fp8 pools of the same K/V: each checked against an fp32 reference over
     the values its pool holds, then timed (CUDA-graph replay)."""
     hq, hkv, d = HEADS[heads]
-    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
-    k, v, table = paged_pool(lengths, BLOCK, hkv, d, spare=2.0)
-    q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
-    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
-    slots, mask, splits = context_slots(table, lengths, BLOCK), key_mask(lengths), num_kv_splits(max(lengths))
-    tokens = sum(lengths)
+    x = ragged_decode_batch(heads, BLOCK)
+    lengths, k, v, table, q, seq_lens = (x[key] for key in ("lengths", "k", "v", "table", "q", "seq_lens"))
+    splits, tokens = num_kv_splits(max(lengths)), sum(lengths)
     out: dict = dict(heads=heads, batch=len(lengths), total_tokens=tokens, max_context=max(lengths), block_size=BLOCK)
     for name, (kc, vc, scales, kf, vf) in fp8_pools(k, v).items():
-        gk, gv = gather_kv(kf, vf, slots)
-        ref = F.scaled_dot_product_attention(q.float().unsqueeze(2), gk.transpose(1, 2), gv.transpose(1, 2),
-                                             attn_mask=mask, enable_gqa=True).squeeze(2)
-        del gk, gv
+        ref = decode_reference(q, kf, vf, table, lengths, BLOCK)
         run = functools.partial(paged_decode_attention, q, kc, vc, table, seq_lens, splits, kv_scales=scales)
         row = dict(rel_err=checked(run(), ref, f"decode {heads} {name}"))
         nbytes = kv_bytes(tokens, hkv, d, name) + 2 * q.nbytes
@@ -120,13 +110,10 @@ def decode_rows(heads: str) -> dict:
 def decode_once_for_ncu(heads: str = "32/8x128") -> None:
     """The ragged decode of `decode` once on each pool (bf16, fp8 per token, fp8 static), compiled first, so that
     Nsight Compute profiles one launch of each: where the fp8 kernel's time goes (instructions, stalls, bytes)."""
-    hq, hkv, d = HEADS[heads]
-    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
-    k, v, table = paged_pool(lengths, BLOCK, hkv, d, spare=2.0)
-    q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
-    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
-    for name, (kc, vc, scales, _, _) in fp8_pools(k, v).items():
-        paged_decode_attention(q, kc, vc, table, seq_lens, num_kv_splits(max(lengths)), kv_scales=scales)
+    x = ragged_decode_batch(heads, BLOCK)
+    for name, (kc, vc, scales, _, _) in fp8_pools(x["k"], x["v"]).items():
+        paged_decode_attention(x["q"], kc, vc, x["table"], x["seq_lens"], num_kv_splits(max(x["lengths"])),
+                               kv_scales=scales)
         torch.cuda.synchronize()
         print("ran", name, flush=True)
 
@@ -135,14 +122,10 @@ def extend_rows(prefixes: list[int], news: list[int]) -> dict:
     """Prefill after a cached prefix, bf16 and fp8 pools of the same K/V, each checked against fp32 SDPA over the
     values its pool holds (first sequence; a uniform batch's are all alike)."""
     x = extend_inputs(prefixes, news, BLOCK)
-    q, table, qsl, seq_lens, ctx = x["q"], x["table"], x["qsl"], x["seq_lens"], x["ctx"]
-    n, c = news[0], ctx[0]
-    visible = torch.arange(c, device=DEVICE)[None, :] <= (c - n + torch.arange(n, device=DEVICE))[:, None]
+    q, table, qsl, seq_lens, n = x["q"], x["table"], x["qsl"], x["seq_lens"], news[0]
     out: dict = dict(batch=len(news), prefixes=prefixes, news=news, flops=x["flops"])
     for name, (kc, vc, scales, kf, vf) in fp8_pools(x["k"], x["v"]).items():
-        ck, cv = (t.transpose(1, 2).contiguous() for t in gather_kv(kf, vf, context_slots(table, ctx[:1], BLOCK)[:1]))
-        ref = F.scaled_dot_product_attention(q[:n].float().transpose(0, 1)[None], ck[:, :, :c], cv[:, :, :c],
-                                             attn_mask=visible, enable_gqa=True)
+        ref = prefill_reference(x, kf, vf, BLOCK)
         run = functools.partial(extend_attention, q, kc, vc, table, qsl, seq_lens, max(news), kv_scales=scales)
         err = checked(run()[:n].transpose(0, 1)[None], ref, f"extend {name}")
         out[name] = dict(rel_err=err, tflop_s=round(x["flops"] / median_ms(run) / 1e9, 1))

@@ -89,6 +89,40 @@ def paged_pool(lengths: list[int], block_size: int, heads: int, dim: int, spare:
     return k, v, table
 
 
+def ragged_decode_batch(heads: str, block_size: int = 16) -> dict:
+    """The ragged batch an engine decodes (RAGGED: contexts drawn from 1..max_context) with `heads`: its lengths,
+    a bf16 pool twice the size needed with each sequence's blocks scattered (`paged_pool`), the block tables, one
+    bf16 query per sequence and the lengths on the device."""
+    hq, hkv, d = HEADS[heads]
+    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
+    k, v, table = paged_pool(lengths, block_size, hkv, d, spare=2.0)
+    q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
+    return dict(lengths=lengths, k=k, v=v, table=table, q=q,
+                seq_lens=torch.tensor(lengths, dtype=torch.int32, device=DEVICE))
+
+
+def decode_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor, lengths: list[int],
+                     block_size: int = 16) -> torch.Tensor:
+    """fp32 decode attention of q [B, H_q, D] over each sequence's context in the pool k, v (gathered through its
+    block table, the padding masked): what every decode contender is checked against."""
+    gk, gv = gather_kv(k, v, context_slots(table, lengths, block_size))
+    return F.scaled_dot_product_attention(q.float().unsqueeze(2), gk.float().transpose(1, 2),
+                                          gv.float().transpose(1, 2), attn_mask=key_mask(lengths),
+                                          enable_gqa=True).squeeze(2)
+
+
+def prefill_reference(x: dict, k: torch.Tensor, v: torch.Tensor, block_size: int = 16) -> torch.Tensor:
+    """fp32 attention of the first sequence's new tokens of `extend_inputs` (x) over its context in the pool k, v,
+    causal with the mask aligned to the context's end: [1, H_q, new, D]. A uniform batch's sequences are all alike;
+    each prefill contender is checked on the first."""
+    n, c = x["news"][0], x["ctx"][0]
+    ck, cv = (t.transpose(1, 2).contiguous() for t in gather_kv(k, v, context_slots(x["table"], x["ctx"][:1],
+                                                                                   block_size)[:1]))
+    visible = torch.arange(c, device=DEVICE)[None, :] <= (c - n + torch.arange(n, device=DEVICE))[:, None]
+    return F.scaled_dot_product_attention(x["q"][:n].float().transpose(0, 1)[None], ck[:, :, :c].float(),
+                                          cv[:, :, :c].float(), attn_mask=visible, enable_gqa=True)
+
+
 def context_slots(table: torch.Tensor, lengths: list[int], block_size: int) -> torch.Tensor:
     """[B, max_len] pool slot of every position (positions past a context repeat its last token)."""
     lens = torch.tensor(lengths, device=table.device)
@@ -239,7 +273,8 @@ def extend_inputs(prefixes: list[int], news: list[int], block_size: int = 16, he
     qsl = torch.tensor([0, *torch.tensor(news).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
     seq_lens = torch.tensor(ctx, dtype=torch.int32, device=DEVICE)
     flops = 4 * d * hq * sum(n * p + n * (n + 1) // 2 for p, n in zip(prefixes, news))  # visible pairs only
-    return dict(k=k, v=v, table=table, q=q, qsl=qsl, seq_lens=seq_lens, ctx=ctx, flops=flops, hq=hq, hkv=hkv, d=d)
+    return dict(k=k, v=v, table=table, q=q, qsl=qsl, seq_lens=seq_lens, ctx=ctx, news=news, flops=flops, hq=hq,
+                hkv=hkv, d=d)
 
 
 def bench_prefill(prefixes: list[int], news: list[int], block_size: int = 16, **launch) -> dict:
