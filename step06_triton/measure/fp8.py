@@ -4,6 +4,8 @@ bf16 pool it replaces, each part checked against a reference before it is timed.
 - `identity`: fp32, SmolLM2's shape, random weights, an fp8 pool (scales per token and head): the greedy tokens of
   the engine on the kernels (eager; CUDA graphs, fused, overlapped; cascade) equal the torch path's, request by
   request (the compiled e4m3 conversion, `cvt.rn.satfinite`, against PyTorch's);
+- `pool_bytes` (not in the default run): the torch path's fp8 pool against the kernels' after one 1,540-token
+  prefill, fp32, SmolLM2's shape: per layer, the e4m3 bytes and the scales that differ (why `identity` can differ);
 - `decode`: the ragged batch of measure/kernels.py (64 contexts drawn from 1..8192, blocks of 16 scattered over a
   pool twice the size needed), 32 query / 8 KV heads x 128 (a Llama-3-8B layer) and 9 / 3 x 64 (SmolLM2), bf16
   queries; the same K/V in a bf16 pool, in an fp8 pool with a scale per token and head (the course's) and with one
@@ -194,6 +196,40 @@ def identity_run(name: str) -> dict:
     return dict(tokens=tokens, build_s=round(built, 1), total_s=round(time.perf_counter() - t0, 1))
 
 
+def pool_differences(a, b) -> list[dict]:
+    """Per layer, where two fp8 pools of one geometry with dynamic scales part once the same requests wrote them
+    (both start zero-filled, scales 1): the e4m3 bytes of K and V that differ, the scales that differ and the
+    largest relative difference between two scales."""
+    rows = []
+    for layer in range(a.k.shape[0]):
+        scales = [(x[layer], y[layer]) for x, y in ((a.k_scale, b.k_scale), (a.v_scale, b.v_scale))]
+        rows.append(dict(layer=layer, bytes_differing=sum(int((x[layer].view(torch.uint8) != y[layer].view(
+            torch.uint8)).sum()) for x, y in ((a.k, b.k), (a.v, b.v))),
+            scales_differing=sum(int((x != y).sum()) for x, y in scales),
+            largest_scale_difference=max(float(((x - y).abs() / y).max()) for x, y in scales)))
+    return rows
+
+
+def pool_bytes(prompt_tokens: int = 1540) -> dict:
+    """The torch path's pool against the kernels' (eager), fp32, SmolLM2's shape, random weights, after one prompt's
+    prefill (`prompt_tokens` of the identity part's first request): per layer, the bytes and scales that differ.
+    Both paths compute the first layer's K/V with the same code; the later layers' inputs carry the last-bit
+    differences of two correct attention computations, which e4m3 rounding turns into a whole step now and then."""
+    from .engine import engine_for
+    with exact_fp32():
+        model = random_model(SMOLLM2_135M, torch.float32)
+        prompt = workload("shared_system", model.config.vocab_size, seed=1)[0][0][:prompt_tokens]
+        pools = []
+        for name in ("torch", "triton"):
+            engine = engine_for(model, [prompt], 1, kv_cache_dtype="fp8_e4m3", **IDENTITY_RUNS[name])
+            engine.generate([prompt], SamplingParams(max_new_tokens=1))
+            pools.append(engine.pool)
+    rows = pool_differences(*pools)
+    written = prompt_tokens * model.config.num_kv_heads  # head rows each of K and V
+    return dict(prompt_tokens=prompt_tokens, head_rows_written=written,
+                bytes_written=2 * written * model.config.head_dim, layers=rows)
+
+
 def identity_fp32(runs: dict) -> dict:
     """The kernels' greedy tokens (eager, graphs, overlap, cascade) against the torch path's, request by request,
     from the engines' parts (fp8_report.identity_summary)."""
@@ -281,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="write the JSON here (step06_triton/results/h200_fp8.json)")
     ap.add_argument("--parts", nargs="+", default=["identity", "decode", "extend", "capacity"],
-                    choices=["identity", "decode", "extend", "capacity"])
+                    choices=["identity", "pool_bytes", "decode", "extend", "capacity"])
     ap.add_argument("--quick", action="store_true", help="one capacity round (a smoke test)")
     ap.add_argument("--ncu", action="store_true", help="no JSON: the ragged decode once per pool, for Nsight Compute "
                     "(ncu --kernel-name regex:_decode_split_kernel)")
@@ -297,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in IDENTITY_RUNS:
             parts.run(("identity_runs", name), functools.partial(identity_run, name))
         parts.run(("identity_fp32",), lambda: identity_fp32(parts.result["identity_runs"]))
+    if "pool_bytes" in args.parts:
+        parts.run(("pool_bytes",), pool_bytes)
     if "decode" in args.parts:
         for heads in HEADS:
             parts.run(("decode", heads), functools.partial(decode_rows, heads))

@@ -23,6 +23,7 @@ from step06_triton.cascade import CascadeGroup, CascadeMetadata, cascade_decode_
 from step06_triton.decode_attention import paged_decode_attention
 from step06_triton.engine import make_engine
 from step06_triton.extend_attention import extend_attention
+from step06_triton.measure.fp8 import pool_differences
 from step06_triton.store_kvcache import store_kvcache
 from tests.driver import drive_to_end, shared_prompts
 from tests.step06.test_kernels import (
@@ -231,17 +232,11 @@ def test_the_paths_store_the_same_bytes_but_where_rounding_meets_an_ulp():
                              max_num_batched_tokens=64, kv_cache_dtype="fp8_e4m3")
         drive_to_end(engine, [prompt], SamplingParams(max_new_tokens=1))
         pools.append(engine.pool)
-    a, b = pools
     rows = len(prompt) * model.config.num_kv_heads
-    for layer in range(model.config.num_layers):
-        scales = [(s[layer].view(-1)[:rows], t[layer].view(-1)[:rows]) for s, t in ((a.k_scale, b.k_scale),
-                                                                                   (a.v_scale, b.v_scale))]
-        moved = sum(int((x != y).sum()) for x, y in scales)
-        bytes_apart = sum(int((x[layer].view(torch.uint8) != y[layer].view(torch.uint8)).sum())
-                          for x, y in ((a.k, b.k), (a.v, b.v)))
-        if layer == 0:
-            assert moved == bytes_apart == 0
+    for diff in pool_differences(*pools):
+        if diff["layer"] == 0:
+            assert diff["bytes_differing"] == diff["scales_differing"] == 0
             continue
-        assert moved > rows // 2, "later layers' rows should carry last-bit differences into their scales"
-        assert all(torch.allclose(x, y, rtol=1e-5, atol=0) for x, y in scales), "scales a few ulps apart at most"
-        assert bytes_apart <= 0.01 * 2 * rows * model.config.head_dim, "e4m3 bytes differ only at rounding midpoints"
+        assert diff["scales_differing"] > rows, "later layers' rows should carry last-bit differences into scales"
+        assert diff["largest_scale_difference"] < 1e-5, "scales a few ulps apart at most"
+        assert diff["bytes_differing"] <= 0.01 * 2 * rows * model.config.head_dim, "bytes apart only at midpoints"
