@@ -120,8 +120,9 @@ def compute_q(q, k_cache_ptr, IEEE: tl.constexpr):
     """The query rows in the dtype the products run in: q's own, but fp16 over an FP8 pool (fp32 stays fp32). The
     GPU converts two e4m3 bytes into two fp16 in one instruction, where bf16 takes a detour through fp32, and fp16
     holds every e4m3 value exactly (K/V activations of a trained model sit well inside its range, 6e-5 to 65,504;
-    a V scale under 6e-5, a row whose largest value is under 0.03, keeps fewer than fp16's 11 bits, still more
-    than the row's e4m3 values hold). Converted once per program, before the loop over key tiles."""
+    a V scale under 6e-5, a row whose largest value is under 0.03, keeps fewer than fp16's 11 bits: about five for
+    a row of at most 0.001, still more than the four of each e4m3 value). Converted once per program, before the
+    loop over key tiles."""
     out = q
     if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
         if not IEEE:
