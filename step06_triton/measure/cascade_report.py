@@ -57,8 +57,9 @@ def tables(res: dict | None) -> str:
                                         x["decode_tokens_per_s"], f"{x['decode_tokens_per_s'] / base:.2f}x",
                                         x["decode_ms_per_step"], x["tokens_per_s"]])
             if "hf_static" in r:
+                hf = r["hf_static"]
                 engine_rows.append([label, workload.replace("_", " "), "HF static `generate`", "-", "-", "-",
-                                    r["hf_static"]["tokens_per_s"]])
+                                    hf.get("tokens_per_s", f"failed: {hf.get('error')}")])
     if engine_rows:
         lines += ["The engine end to end (chapter 5's cache on the Triton kernels, fused CUDA graphs, overlapped; the "
                   "system prompts cached before the requests arrive, as a server's would be): decode tokens/s over "
