@@ -821,6 +821,30 @@ def test_step06_q12_fp8_bytes_and_rounding():
          "beyond 448", "step 3")
 
 
+def test_step06_q13_the_split_axes_of_a_decode_graph():
+    from step06_triton.decode_attention import MIN_SPLIT_LEN, num_kv_splits, split_bucket, split_buckets
+
+    kv, batch, context, longest = SMOLLM2_135M["num_kv_heads"], 64, 300, SMOLLM2_135M["max_position_embeddings"]
+    buckets = split_buckets(longest)
+    one_axis, axis = num_kv_splits(longest), split_bucket(buckets, context)
+    ragged = next(r for r in _h200()["kernels"]["decode"] if r["ragged"] and r["block_size"] == 16
+                  and r["heads"] == "32/8x128")
+    one_axis_tb_s = ragged.get("triton_one_axis_tb_s", ragged["triton_graph_grid_tb_s"])  # files before the buckets
+    past = MIN_SPLIT_LEN + 1
+    assert split_bucket(buckets, ragged["context"]) == ragged["max_splits"] == num_kv_splits(ragged["context"])
+    says("step06", 13, f"`num_kv_splits({longest:,})` = **{one_axis} splits**",
+         f"{kv} × {batch} × {one_axis} = **{kv * batch * one_axis:,} programs**", f"the batch's {batch} lengths",
+         f"buckets for {longest:,} positions are {', '.join(map(str, buckets[:-1]))} and {buckets[-1]} splits",
+         f"`num_kv_splits({context})` = **{num_kv_splits(context)}**",
+         f"{kv} × {batch} × {axis} = **{kv * batch * axis} programs**", f"{SMOLLM2_135M['num_layers']} per",
+         f"longest context, {ragged['context']:,} tokens, needs {num_kv_splits(ragged['context'])} splits",
+         f"({ragged['triton_tb_s']}", f"moved {one_axis_tb_s:.2f}",
+         f"with the {ragged['hq']} / {ragged['hkv']} heads, where one axis for "
+         f"{ragged.get('one_axis_splits', ragged['graph_grid_splits']) * MIN_SPLIT_LEN // 1024}k contexts",
+         f"a {past}-token context needs {num_kv_splits(past)} splits and replays the axis of "
+         f"{split_bucket(buckets, past)}")
+
+
 # ---------------------------------------------------------------- the audit: keep it last
 
 

@@ -623,6 +623,10 @@ def test_step06_theory():
          f"{extend_attention.MIN_SPLIT_LEN}\ntokens, at most {extend_attention.MAX_SPLITS})",
          f"computes {prompt} tokens after {cached:,} cached ones. How many programs",
          "why is a\nchunk of 8,192 tokens")
+    ragged16 = _decode_row("32/8x128", True, 16)
+    says(path, f"SmolLM2's graphs serve contexts up to {S['max_position_embeddings']:,} tokens",
+         f"For\na step of {RAGGED['batch']} sequences whose longest context is 300 tokens",
+         f"(longest context {ragged16['context']:,} tokens)")
     shared = _cascade()["engine_smollm2"]["shared_system"]
     says(path, f"{shared['requests']} requests behind one system prompt compute",
          f"{shared['requests']} requests behind {shared['system_tokens'][0]:,} shared tokens read those tokens' K/V "
