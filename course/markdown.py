@@ -118,12 +118,9 @@ class Document:
 
 def notebook_cells(text: str, kinds: tuple[str, ...]) -> Iterator[tuple[int, str]]:
     """(number, source) of a notebook's cells of `kinds` ("markdown", "code"), numbered from 1 as Jupyter shows
-    them; nothing when `text` is not a notebook's JSON."""
-    try:
-        cells = json.loads(text).get("cells", [])
-    except (json.JSONDecodeError, AttributeError):
-        return
-    for number, cell in enumerate(cells, 1):
+    them. Text that is not a notebook's JSON raises: a lesson or a release it cannot read must not pass a check
+    unread."""
+    for number, cell in enumerate(json.loads(text)["cells"], 1):
         if cell.get("cell_type") in kinds:
             source = cell.get("source", "")
             yield number, "".join(source) if isinstance(source, list) else source

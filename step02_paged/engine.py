@@ -4,15 +4,16 @@ scheduled tokens of all sequences, samples where a sequence reached its end, and
 The model is chapter 1's Transformer, unchanged: only its KV store is new (PagedAttention over a KVPool).
 
 A step reads top to bottom: the scheduler picks who runs and how many tokens each; `_prepare` builds the step's
-inputs (`ForwardBatch`, in O(what the step runs)) and advances every sequence's counter; the runner turns the batch
-into the logits of the sampled rows; `_sample` picks one token per row; `_append` adds the tokens and retires what
-finished. Everything happens in the step that scheduled it, so the host waits for the forward (on a GPU that wait
-is what chapter 6's overlapped engine removes, by overriding `step`).
+inputs (`ForwardBatch`, in O(what the step runs)); the runner turns the batch into the logits of the sampled rows;
+`_sample` picks one token per row; `_advance` moves every sequence's counter past what the forward computed (after
+it, so that a forward that raised changes nothing); `_append` adds the tokens and retires what finished. Everything
+happens in the step that scheduled it, so the host waits for the forward (on a GPU that wait is what chapter 6's
+overlapped engine removes, by overriding `step`).
 
 With `num_speculative_tokens` = k > 0 a decode runs its pending token and up to k drafts (ngram_proposer.py) in the
-same step, and `_verify` takes the place of the last three calls: it keeps the drafts the model agrees with
-(speculative.py), rolls the sequence back over the others before the cache manager hears of the step, appends, and
-proposes the next drafts. With k = 0 none of it runs.
+same step, and `_verify` takes the place of `_sample`, `_advance` and `_append`: it keeps the drafts the model
+agrees with (speculative.py), advances rolling the sequence back over the others before the cache manager hears of
+the step, appends, and proposes the next drafts. With k = 0 none of it runs.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from .ngram_proposer import NgramProposer
 from .paged_attention import PagedAttention
 from .scheduler import Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
-from .speculative import cut_drafts, verify, with_drafts
+from .speculative import cut_drafts, verify
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "RequestOutput"]
 
@@ -186,12 +187,10 @@ class Engine:
         self.last_scheduled = [(s.seq_id, n) for s, n in batch]
         if self.proposer is not None:  # the budget may have cut a sequence's drafts; they run after its tokens
             cut_drafts(batch)
-            token_ids = with_drafts(batch)
         seqs = [s for s, _ in batch]
         rows = [i for i, (s, n) in enumerate(batch) if n == s.num_pending_tokens]
-        num_logits = [1 + len(seqs[i].spec_token_ids) for i in rows] if self.proposer is not None else None
         forward_batch = ForwardBatch.build(seqs, [n for _, n in batch], self.block_table, self.config.block_size,
-                                           rows, token_ids, num_logits)
+                                           rows, token_ids)
         return forward_batch, [seqs[i] for i in rows]
 
     def _advance(self, batch: list[tuple[Sequence, int]], rejected: dict[int, int] | None = None) -> None:

@@ -45,8 +45,13 @@ class ForwardBatch:
         return sum(self.num_new)
 
     @property
+    def context_lens(self) -> list[int]:
+        """Host copies of `seq_lens`: each sequence's context after the step."""
+        return [c + n for c, n in zip(self.num_computed, self.num_new)]
+
+    @property
     def max_seq_len(self) -> int:
-        return max(c + n for c, n in zip(self.num_computed, self.num_new))
+        return max(self.context_lens)
 
     @property
     def max_query_len(self) -> int:
@@ -58,12 +63,11 @@ class ForwardBatch:
 
     @classmethod
     def build(cls, seqs: list[Sequence], num_new: list[int], table: BlockTable, block_size: int,
-              sample_rows: list[int], token_ids: list[int] | None = None,
-              num_logits: list[int] | None = None) -> ForwardBatch:
+              sample_rows: list[int], token_ids: list[int] | None = None) -> ForwardBatch:
         """Sequence i runs tokens num_computed .. num_computed + num_new[i] - 1; single-token sequences first;
         the sequences listed in `sample_rows` (by batch index) are sampled after the forward, each at its last row,
-        or at its last `num_logits[j]` rows (speculative decoding verifies drafts). `token_ids`, the step's tokens in
-        batch order, defaults to the sequences' own (`step_token_ids`).
+        or, with drafts (`spec_token_ids`), at its last 1 + drafts rows: speculative decoding verifies each draft.
+        `token_ids`, the step's tokens in batch order, defaults to the sequences' own (`step_token_ids`).
 
         Host arrays are numpy (a few microseconds per operation, where a small torch operation costs ten times
         more): this runs every step, and its cost is what the step runs, not what the sequences hold."""
@@ -82,8 +86,8 @@ class ForwardBatch:
                                  block_size).numpy()
         edit_at, edit_ids = table.take_edits()
         logits_at = (starts + counts - 1)[sample_rows]
-        if num_logits is not None:  # the last num_logits[j] rows of each sampled sequence, in order
-            reps = np.asarray(num_logits, dtype=np.int64)
+        reps = np.array([1 + len(seqs[i].spec_token_ids) for i in sample_rows], dtype=np.int64)
+        if reps.size and reps.max() > 1:  # the last 1 + drafts rows of each sampled sequence, in order
             firsts = np.cumsum(reps) - reps
             logits_at = np.repeat(logits_at + 1 - reps, reps) + np.arange(reps.sum()) - np.repeat(firsts, reps)
         parts = [ids, positions, slots, computed + counts, np.append(starts, num_tokens), rows, logits_at]
@@ -121,9 +125,10 @@ def decodes_first(batch: list[tuple[Sequence, int]]) -> list[tuple[Sequence, int
 
 
 def step_token_ids(seqs: list[Sequence], num_new: list[int]) -> list[int]:
-    """The ids of the tokens the step runs, sequence after sequence: each one's next `num_new` tokens."""
+    """The ids of the tokens the step runs, sequence after sequence: each one's next `num_new` tokens, its drafts
+    (`spec_token_ids`, never in `all_token_ids`) after its own tokens."""
     ids: list[int] = []
     for seq, n in zip(seqs, num_new):
         c = seq.num_computed_tokens
-        ids += seq.all_token_ids[c: c + n]
+        ids += (seq.all_token_ids[c: c + n] + seq.spec_token_ids)[:n]
     return ids

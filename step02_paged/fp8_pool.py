@@ -43,10 +43,10 @@ def token_scales(x: torch.Tensor) -> torch.Tensor:
     return torch.where(amax > 0, amax / amax.new_tensor(FP8_MAX), 1.0)
 
 
-def quantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = FP8) -> torch.Tensor:
-    """x [..., D] / scale [...] (one scale per row, broadcast over D), saturated at +-448, rounded to `dtype`
+def quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [..., D] / scale [...] (one scale per row, broadcast over D), saturated at +-448, rounded to e4m3
     (to nearest, ties to even). Division in fp32, as the store kernel divides."""
-    return (x.float() / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(dtype)
+    return (x.float() / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(FP8)
 
 
 def dequantize(x: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

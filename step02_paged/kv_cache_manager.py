@@ -101,7 +101,8 @@ def check_block_tables(seqs: list[Sequence], block_manager: BlockManager, block_
     for seq in seqs:
         assert not seq.is_finished, f"finished sequence {seq.seq_id} still holds blocks"
         assert len(seq.block_table) <= cdiv(seq.num_positions, block_size), \
-            f"sequence {seq.seq_id} holds {len(seq.block_table)} blocks for {seq.num_tokens} tokens"
+            f"sequence {seq.seq_id} holds {len(seq.block_table)} blocks for {seq.num_positions} positions (tokens " \
+            f"and drafts)"
         assert seq.num_computed_tokens <= len(seq.block_table) * block_size, \
             f"sequence {seq.seq_id}: computed tokens beyond its blocks"
     for b in range(block_manager.num_blocks):

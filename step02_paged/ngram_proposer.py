@@ -53,7 +53,7 @@ class NgramProposer:
             for n, ends in index.ends.items():
                 if end + 1 >= n:
                     ends[tuple(tokens[end + 1 - n: end + 1])] = end
-        index.indexed = max(index.indexed, last)
+        index.indexed = last  # a sequence's tokens only grow (drafts never enter them)
         if max_tokens <= 0:
             return []
         for n in range(self.max_n, self.min_n - 1, -1):

@@ -26,6 +26,7 @@ from step01_kvcache.generate import SamplingParams
 from .config import EngineConfig
 from .engine import Engine
 from .forward_batch import ForwardBatch
+from .geometry import cdiv
 from .ngram_proposer import NgramProposer
 from .paged_attention import PagedAttention
 from .sequence import Sequence
@@ -74,7 +75,7 @@ def run_workload(model, cfg: EngineConfig, prompts: list[list[int]], params: Sam
     total = {key: sum(r[key] for r in runs) for key in ("tokens", "seq_steps", "seconds")}
     s = engine.stats
     return dict(total, outputs=[o for r in runs for o in r["outputs"]], draft_tokens=s.draft_tokens,
-                accepted_tokens=s.accepted_tokens)
+                accepted_tokens=s.accepted_tokens, acceptance_rate=s.acceptance_rate)
 
 
 def tokens_per_s(run: dict) -> float:
@@ -112,7 +113,7 @@ def spec_bench(model, tokenizer, k: int = 4, batches: tuple[int, ...] = (1, 8), 
             plain_tokens_per_s=round(tokens_per_s(off), 2), spec_tokens_per_s=round(tokens_per_s(on), 2),
             speedup=round(tokens_per_s(on) / tokens_per_s(off), 3),
             drafts_per_step=round(on["draft_tokens"] / on["seq_steps"], 3),
-            acceptance_rate=round(on["accepted_tokens"] / on["draft_tokens"], 3) if on["draft_tokens"] else 0.0,
+            acceptance_rate=round(on["acceptance_rate"], 3),
             tokens_per_step=round(on["tokens"] / on["seq_steps"], 3),
             plain_steps=off["seq_steps"], spec_steps=on["seq_steps"],
             outputs_identical=on["outputs"] == off["outputs"])
@@ -146,7 +147,7 @@ def verify_step_cost(model, ks=range(1, 9), batch_sizes=(1, 8), context: int = 5
            "dtype": str(model.dtype).removeprefix("torch."), "context": context, "repeats": repeats, "batches": {}}
     vocab = model.config.vocab_size
     for batch in batch_sizes:
-        need = -(-(context + max(ks) + 1) // block_size) * batch
+        need = cdiv(context + max(ks) + 1, block_size) * batch
         engine = Engine(model, EngineConfig(num_blocks=need, block_size=block_size, max_num_seqs=batch),
                         attention=attention)
         gen = torch.Generator().manual_seed(batch)
@@ -161,9 +162,9 @@ def verify_step_cost(model, ks=range(1, 9), batch_sizes=(1, 8), context: int = 5
             seqs.append(seq)
         timings = {}
         for k in [0] + ks:  # k = 0: the plain decode step
-            seq_ids = torch.randint(vocab, (batch * (k + 1),), generator=gen).tolist()
-            fb = ForwardBatch.build(seqs, [k + 1] * batch, engine.block_table, block_size, list(range(batch)),
-                                    seq_ids, [k + 1] * batch)
+            for seq in seqs:  # k drafts each (their values do not change a forward's time)
+                seq.spec_token_ids = torch.randint(vocab, (k,), generator=gen).tolist()
+            fb = ForwardBatch.build(seqs, [k + 1] * batch, engine.block_table, block_size, list(range(batch)))
             timings[k] = timer(engine, fb) if timer else _median_forward_ms(engine, fb, repeats)
         decode = timings.pop(0)
         out["batches"][batch] = {"decode_ms": round(decode, 4),

@@ -34,15 +34,6 @@ def cut_drafts(batch: list[tuple[Sequence, int]]) -> None:
             del seq.spec_token_ids[n - 1:]
 
 
-def with_drafts(batch: list[tuple[Sequence, int]]) -> list[int]:
-    """The step's token ids, sequence after sequence: each one's next `n` tokens, its drafts after its own tokens."""
-    ids: list[int] = []
-    for seq, n in batch:
-        c = seq.num_computed_tokens
-        ids += (seq.all_token_ids[c: c + n] + seq.spec_token_ids)[:n]
-    return ids
-
-
 def verify(logits: torch.Tensor, seqs: list[Sequence]) -> list[tuple[list[int], int]]:
     """`logits` holds 1 + len(drafts) rows per sequence of `seqs`, in order. Returns for each sequence the tokens it
     keeps and how many of its drafts were accepted. Keeping stops early at a stop token or at max_new_tokens."""

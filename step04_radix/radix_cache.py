@@ -69,7 +69,8 @@ class RadixKVCacheManager(TreeCacheManager):
         owned: Counter = Counter(self.tree.all_slots())
         for seq in self.holders.values():
             assert seq.num_computed_tokens <= len(seq.block_table) <= seq.num_positions, \
-                f"sequence {seq.seq_id}: {len(seq.block_table)} slots for {seq.num_computed_tokens} computed tokens"
+                f"sequence {seq.seq_id}: {len(seq.block_table)} slots, not between its {seq.num_computed_tokens} " \
+                f"computed tokens and its {seq.num_positions} positions (tokens and drafts)"
             owned.update(self.private_blocks(seq))
         free = set(bm.free_blocks)
         for slot in range(self.num_blocks):

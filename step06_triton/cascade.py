@@ -214,7 +214,8 @@ class CascadeMetadata:
         if grid is None:
             grid = CascadeGrid(B, G, max(total_tiles, 1), max(splits, default=1), suffix_splits)
         elif B > grid.rows or G > grid.groups or total_tiles > grid.tiles or suffix_splits > grid.splits:
-            raise ValueError(f"{B} rows, {G} groups, {total_tiles} tiles do not fit the captured {grid}")
+            raise ValueError(f"{B} rows, {G} groups, {total_tiles} tiles, {suffix_splits} suffix splits do not fit the "
+                             f"captured {grid}")
         tile_row = np.concatenate([np.arange(n) * block_m for n in tiles_per_group]) if G else []
         sizes = [len(grp.rows) for grp in groups]
         parts = [(kv_start, grid.rows), (slot_base, grid.rows), (suffix, grid.rows),

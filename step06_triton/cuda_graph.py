@@ -24,6 +24,7 @@ exist; the graphs read the pool and the engine's persistent block table, which `
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 
 import torch
 
@@ -51,8 +52,7 @@ class CUDAGraphRunner(ModelRunner):
         super().__init__(model, attention, pool)
         self.fuse = fuse  # capture the fused step (fusion.py); eager steps keep chapter 1's code
         self.graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, size, split axis) -> graph
-        self.replays = 0  # steps served by a graph (the rest ran eagerly)
-        self.replayed: set[tuple[str, int, int]] = set()  # which graphs served them: (kind, size, split axis)
+        self.replayed: Counter[tuple[str, int, int]] = Counter()  # steps each graph (kind, size, axis) served
         self.timings: list | None = None  # set to a list to get (start, end) CUDA events around every replay
 
     @torch.inference_mode()
@@ -60,9 +60,10 @@ class CUDAGraphRunner(ModelRunner):
                 cascade_min_seqs: int | None = None) -> None:
         """Decode graphs up to `max_batch` sequences and extend graphs up to `max_extend` tokens, reading the pool
         and `block_table`, the engine's persistent block table on the device. With `fuse`, the graphs hold the fused
-        step (fusion.py: q/k/v and gate/up one product each, compiled RMSNorm and SwiGLU). With `cascade_min_seqs`,
-        also a cascade-attention decode graph per batch size from that many rows on: its work lists are static
-        buffers of fixed sizes (`CascadeGrid`), refreshed before each replay."""
+        step (fusion.py: q/k/v and gate/up one product each, compiled RMSNorm and SwiGLU). Each decode batch size is
+        captured on every split axis of `split_buckets`. With `cascade_min_seqs`, also cascade-attention decode
+        graphs per batch size (and axis) from that many rows on: their work lists are static buffers of fixed sizes
+        (`CascadeGrid`), refreshed before each replay."""
         if self.model.device.type != "cuda":
             raise RuntimeError("CUDA graphs need the model on a CUDA device")
         n = max(max_batch, max_extend)
@@ -128,8 +129,8 @@ class CUDAGraphRunner(ModelRunner):
         if batch.num_decodes == n and n <= self.max_batch:
             size = next(b for b in self.decode_sizes if b >= n)
             if isinstance(batch, CascadeBatch) and batch.cascade:
-                lens = [c + 1 for c in batch.num_computed]
-                splits = split_bucket(self.split_buckets, int(cascade_suffix_lens(batch.cascade, lens).max()))
+                suffix = cascade_suffix_lens(batch.cascade, batch.context_lens)
+                splits = split_bucket(self.split_buckets, int(suffix.max()))
                 if (size, splits) in self.cascades:
                     return "cascade", size, splits
             return "decode", size, split_bucket(self.split_buckets, batch.max_seq_len)
@@ -138,6 +139,11 @@ class CUDAGraphRunner(ModelRunner):
             if batch.max_seq_len + size - n <= self.model.config.max_position_embeddings:
                 return "extend", size, 0
         return None
+
+    @property
+    def replays(self) -> int:
+        """Steps served by a graph (the rest ran eagerly)."""
+        return sum(self.replayed.values())
 
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits of the batch's sampled rows: from a graph replay when one fits, else from the eager forward."""
@@ -157,7 +163,7 @@ class CUDAGraphRunner(ModelRunner):
             self.seq_lens[n:size].fill_(1)
         if kind == "cascade":  # this step's work lists, padded to the sizes the graph was captured with
             static = self.cascades[size, splits]
-            lens = [c + 1 for c in batch.num_computed] + [1] * (size - n)
+            lens = batch.context_lens + [1] * (size - n)
             cfg = self.model.config
             md = CascadeMetadata.build(batch.cascade, lens, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                                        static.flat.device, grid=static.grid)
@@ -173,8 +179,7 @@ class CUDAGraphRunner(ModelRunner):
             self.graphs[graph].replay()
             end.record()
             self.timings.append((start, end))
-        self.replays += 1
-        self.replayed.add(graph)
+        self.replayed[graph] += 1
         if kind != "extend":  # a decode step: every row samples, and the graph computed their logits
             return self.logits[:n]
         return self.model.compute_logits(self.hidden[:n][batch.logits_indices])

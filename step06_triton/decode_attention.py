@@ -89,7 +89,9 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
         # An FP8 pool, a scale per key. The products run in q's dtype, fp16 for this pool (`compute_q`): every
         # e4m3 value is exact in it. K's scales multiply the scores (q . (s k) = s (q . k): BLOCK_N products per row,
-        # not BLOCK_N x HEAD_DIM); V's tile is multiplied by its scales as loaded.
+        # not BLOCK_N x HEAD_DIM); V's tile is multiplied by its scales as loaded, in fp16 (a scale under 6e-5, a
+        # row whose largest value is under 0.03, keeps fewer bits: about five at 0.001, still more than the four
+        # of each e4m3 value).
         scale_at = slot * SCALE_SLOT + kv_head * SCALE_HEAD
         s = dot(q, tl.trans(k.to(q.dtype)), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
         s = s * tl.load(k_scale_ptr + scale_at)[None, :]
@@ -119,10 +121,9 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
 def compute_q(q, k_cache_ptr, IEEE: tl.constexpr):
     """The query rows in the dtype the products run in: q's own, but fp16 over an FP8 pool (fp32 stays fp32). The
     GPU converts two e4m3 bytes into two fp16 in one instruction, where bf16 takes a detour through fp32, and fp16
-    holds every e4m3 value exactly (K/V activations of a trained model sit well inside its range, 6e-5 to 65,504;
-    a V scale under 6e-5, a row whose largest value is under 0.03, keeps fewer than fp16's 11 bits: about five for
-    a row of at most 0.001, still more than the four of each e4m3 value). Converted once per program, before the
-    loop over key tiles."""
+    holds every e4m3 value exactly. A bf16 q keeps its value in fp16 between 6e-5 and 65,504, where a trained
+    model's queries sit (beyond, it would become inf). Converted once per program, before the loop over key
+    tiles."""
     out = q
     if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
         if not IEEE:
@@ -267,24 +268,26 @@ def _sm_count(device: torch.device) -> int:
 
 def num_kv_splits(max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
     """The grid's split axis: the most splits `split_plan` gives any sequence of at most `max_seq_len` tokens.
-    A host integer from a host integer, no GPU read: in eager mode the batch's longest context, for a CUDA
-    graph the longest context it will replay (the programs past a shorter context's splits return at once)."""
+    A host integer from a host integer, no GPU read: in eager mode the batch's longest context; a CUDA graph
+    runner captures a few axes (`split_buckets`) and replays the smallest that holds its step's (the programs past
+    a shorter context's splits return at once)."""
     return max(1, min(cdiv(max_seq_len, min_split_len), MAX_SPLITS))
 
 
-def split_buckets(max_context: int, min_split_len: int = MIN_SPLIT_LEN) -> list[int]:
+def split_buckets(max_context: int) -> list[int]:
     """The split axes a CUDA-graph runner captures each decode batch size with: powers of four, up to the axis of
     the longest context it will replay. A replay takes the smallest axis that covers its step's longest context
     (`split_bucket`), so its grid is at most four times what the step uses, where one axis sized for the longest
     context launches up to 64 times more programs than a batch of short contexts needs (each one reading the
     batch's lengths before it returns); and a step whose contexts all fit one split runs no merge."""
-    top = num_kv_splits(max_context, min_split_len)
+    top = num_kv_splits(max_context)
     return [s for s in (1, 4, 16) if s < top] + [top]
 
 
-def split_bucket(buckets: list[int], max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
-    """The smallest captured split axis (`split_buckets`) that holds every split of a context of max_seq_len."""
-    need = num_kv_splits(max_seq_len, min_split_len)
+def split_bucket(buckets: list[int], max_seq_len: int) -> int:
+    """The smallest captured split axis (`split_buckets`) that holds every split of a context of max_seq_len (the
+    widest for a longer one: the launch rule never splits past the grid's axis, so its splits grow longer)."""
+    need = num_kv_splits(max_seq_len)
     return next((s for s in buckets if s >= need), buckets[-1])
 
 

@@ -21,7 +21,7 @@ from step05_bridge import BridgeKVCacheManager
 
 from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
 from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
-from .overlap import OverlapEngine, check_no_speculation
+from .overlap import OverlapEngine
 from .triton_attention import TritonPagedAttention
 
 BACKENDS = {"torch": PagedAttention, "triton": TritonPagedAttention}
@@ -60,8 +60,6 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         raise ValueError("the host tier is chapter 5's: use prefix_cache='bridge' with host_blocks")
     order = make_policy(policy)  # a ValueError names the policies; the engine's scheduler checks the pairing
     engine_config = EngineConfig(**config)
-    if overlap:
-        check_no_speculation(engine_config.num_speculative_tokens)
     manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks) if host_blocks else \
         PREFIX_CACHES[prefix_cache]
     runner = functools.partial(CUDAGraphRunner, fuse=fuse) if cuda_graphs else ModelRunner

@@ -18,7 +18,7 @@ from course.tiny import SMOLLM2_135M, tiny_config
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.request import SamplingParams
 from step02_paged.cache_manager import CacheManager
-from step02_paged.fp8_pool import FP8_MAX, make_kv_pool
+from step02_paged.fp8_pool import FP8_MAX, KVScales, make_kv_pool
 from step02_paged.geometry import PoolGeometry, cdiv
 from step02_paged.pictures import CHATS, SYSTEM, run_step
 from step02_paged.sequence import Sequence
@@ -153,7 +153,8 @@ def fp8_block_dot(cfg: ModelConfig | None = None, block_size: int = 16, name: st
     geo = PoolGeometry(1, block_size)
     bf16 = make_kv_pool(cfg, geo, "auto", torch.bfloat16, "meta").bytes_per_block
     fp8 = make_kv_pool(cfg, geo, "fp8_e4m3", torch.bfloat16, "meta").bytes_per_block
-    static = bf16 // 2  # static scales: one byte per element, a few scales per layer, none per block
+    static = make_kv_pool(cfg, geo, "fp8_e4m3", torch.bfloat16, "meta",  # a few scales per layer, none per block
+                          KVScales.uniform(cfg.num_layers)).bytes_per_block
     h, d = cfg.num_kv_heads, cfg.head_dim
     rows = block_size * h  # head rows of one layer's K (and of its V)
     k16, k8, ks = rows * d * 2, rows * d, rows * 4  # bytes of one layer's K in bf16, in fp8, of its fp32 scales
@@ -172,7 +173,7 @@ def fp8_block_dot(cfg: ModelConfig | None = None, block_size: int = 16, name: st
     dot.raw(f'"layer" [shape=plaintext, style="", label={table}];')
     dot.node("row", f"one token's row of one head: {d} values x 2 B = {2 * d} B in bf16; in fp8 {d} bytes + its "
              f"scale = {d + 4} B\ns = max|x| / {FP8_MAX:g};  stored q = e4m3(x / s);  read back x = s * q\n"
-             "the row's largest value is stored as 448 exactly, every other to within 1/16 of itself",
+             "the row's largest value is stored as 448 exactly, every other normal value to within 1/16 of itself",
              fillcolor="#fff8e1")
     dot.node("block", f"the whole block, {cfg.num_layers} layers of K and V: bf16 {bf16:,} B, fp8 with scales per "
              f"token and head {fp8:,} B\n{bf16 / fp8:.2f}x the blocks in the same bytes ({bf16 / static:.0f}x with "

@@ -1,5 +1,6 @@
 """`python -m step06_triton.report [--write]`: the chapter's tables and plots, from results/h200.json (kernels),
-results/h200_engine.json (the engine, measure/engine_report.py) and results/h200_cascade.json (cascade attention).
+results/h200_engine.json (the engine, measure/engine_report.py), results/h200_cascade.json (cascade attention),
+results/h200_fp8.json (the FP8 cache) and results/h200_speculative.json (the verify step).
 
 Runs on a CPU: it only reads the JSON that `python -m step06_triton.measure.kernels --part kernels --out
 step06_triton/results/h200.json`, `python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json`
@@ -21,6 +22,7 @@ from course.report import met
 
 from .decode_attention import split_bucket, split_buckets
 from .measure import cascade_report, engine_report, fp8_report, speculative_report
+from .measure.kernels import GRAPH_CONTEXT
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent / "README.md"
@@ -43,14 +45,14 @@ def _cell(row: dict, key: str) -> str:
 
 
 def _captured(row: dict) -> tuple[str, str]:
-    """A ragged row's two captured grids: the axis the graph runner's buckets replay for this batch (measured by
-    the current `measure/kernels.py`, or, in a file written before the buckets, the eager launch itself when the
-    bucket is its axis), and one split axis sized for 32k contexts (the first captured version)."""
-    if "triton_one_axis_tb_s" in row:
-        return (f"{row['triton_graph_grid_tb_s']} ({row['graph_grid_splits']} splits)",
-                f"{row['triton_one_axis_tb_s']} ({row['one_axis_splits']} splits)")
-    bucket = split_bucket(split_buckets(32768), row["context"])
-    graph = f"{row['triton_tb_s']} ({bucket} splits: this launch)" if bucket == row["max_splits"] else "-"
+    """A ragged row's two captured grids: the axis the graph runner's buckets replay for this batch (measured as
+    `bucket`, or, in a file written before the buckets, the eager launch itself when the bucket is its axis), and
+    one split axis sized for any context up to GRAPH_CONTEXT (the first captured version)."""
+    bucket = split_bucket(split_buckets(GRAPH_CONTEXT), row["context"])
+    if "triton_bucket_tb_s" in row:
+        graph = f"{row['triton_bucket_tb_s']} ({row['bucket_splits']} splits)"
+    else:
+        graph = f"{row['triton_tb_s']} ({bucket} splits: this launch)" if bucket == row["max_splits"] else "-"
     return graph, f"{row['triton_graph_grid_tb_s']} ({row['graph_grid_splits']} splits)"
 
 

@@ -17,7 +17,9 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_MAX = tl.constexpr(448.0)  # the largest float8_e4m3fn
+from step02_paged import fp8_pool
+
+FP8_MAX = tl.constexpr(fp8_pool.FP8_MAX)  # the largest float8_e4m3fn
 
 
 @triton.jit

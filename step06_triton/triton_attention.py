@@ -44,11 +44,12 @@ class TritonMetadata:
         a `CascadeBatch`'s groups."""
         d = batch.num_decodes
         chunks = batch.num_new[d:]
-        max_splits = num_kv_splits(max(c + 1 for c in batch.num_computed[:d])) if d else 1
+        decode_lens = tuple(batch.context_lens[:d])
+        max_splits = num_kv_splits(max(decode_lens)) if d else 1
         qsl = batch.query_start_loc[d:] - batch.query_start_loc[d]
         cascade = batch.cascade if isinstance(batch, CascadeBatch) else ()
         return cls(batch.slot_mapping, batch.block_tables(), batch.seq_lens.to(torch.int32), qsl, d,
-                   max(chunks, default=0), max_splits, cascade, tuple(c + 1 for c in batch.num_computed[:d]),
+                   max(chunks, default=0), max_splits, cascade, decode_lens,
                    max(batch.num_computed[d:], default=0))
 
 

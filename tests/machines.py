@@ -1,36 +1,35 @@
 """One Hypothesis state machine for every engine: random add / step / abort, `check_invariants()` after every
 operation, every finished answer equal to step01's `generate`, and a drained engine that returns every block.
 
-Half the runs decode speculatively: their engine has `num_speculative_tokens` = 3 and a scripted proposer whose
-drafts the `speculate` rule makes right or wrong (so rollbacks land anywhere, across block boundaries, before
-preemptions and aborts); the other half run chapter 2's plain step.
+Each run draws k from the machine's `speculative_ks` (default (0, 3): half the runs). A run with k = 3 decodes
+speculatively: its engine has `num_speculative_tokens` = 3 and a scripted proposer whose drafts the `speculate` rule
+makes right or wrong (so rollbacks land anywhere, across block boundaries, before preemptions and aborts); a run
+with k = 0 runs chapter 2's plain step. An engine that refuses speculation (the overlapped one) sets (0,).
 
 A chapter subclasses `EngineMachine` and builds its engine in `make_engine`, passing `self.speculation` to its
-`EngineConfig`; what a drained engine may still hold (chapter 2: nothing; a prefix cache: unlocked cached blocks)
-is the engine's own `check_invariants()`.
+`EngineConfig` (`start` checks that it did); what a drained engine may still hold (chapter 2: nothing; a prefix
+cache: unlocked cached blocks) is the engine's own `check_invariants()`.
 """
 from __future__ import annotations
-
-import functools
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from course.tiny import tiny_model
-from step01_kvcache.generate import SamplingParams, generate
-from tests.driver import speculative_engine
+from step01_kvcache.generate import SamplingParams
+from tests.driver import oracle, speculative_engine
 
 MODEL = tiny_model(seed=3, num_layers=1, hidden_size=32, intermediate_size=32, head_dim=8)
 # prompts are a prefix of one of these stems plus a random tail: they share prefixes of every length
 STEMS = ([(7 * i) % 256 for i in range(24)], [(7 * i) % 256 for i in range(9)] + [5] * 15, [11] * 24)
 
 
-@functools.cache
-def expected(prompt: tuple[int, ...], new: int) -> list[int]:
-    return generate(MODEL, list(prompt), SamplingParams(max_new_tokens=new))
+expected = oracle(MODEL)  # step01's greedy answer to (prompt, max_new_tokens), cached
 
 
 class EngineMachine(RuleBasedStateMachine):
+    speculative_ks: tuple[int, ...] = (0, 3)  # the num_speculative_tokens a run draws from
+
     def __init__(self):
         super().__init__()
         self.engine = None
@@ -40,10 +39,12 @@ class EngineMachine(RuleBasedStateMachine):
     def make_engine(self):
         raise NotImplementedError
 
-    @initialize(k=st.sampled_from([0, 3]))
-    def start(self, k):
+    @initialize(data=st.data())
+    def start(self, data):
+        k = data.draw(st.sampled_from(self.speculative_ks), label="k")
         self.speculation = {"num_speculative_tokens": k} if k else {}
         self.engine = self.make_engine()
+        assert self.engine.config.num_speculative_tokens == k, "make_engine must pass **self.speculation"
         if self.engine.config.num_speculative_tokens:  # drafts start empty: `speculate` says how many are right
             speculative_engine(self.engine, expected, good=0, bad=0)
 

@@ -10,6 +10,9 @@ reference, then writes JSON under step06_triton/results/ that report.py turns in
   (`python -m step06_triton.measure.fp8`);
 - `fp8_accuracy.py` — the FP8 cache's accuracy on the real model, on a CPU (`python -m course bench step06
   --workload fp8`, registered by step06_triton/bench.py);
+- `speculative.py` — the cost of a verify step against a decode step (`python -m step06_triton.measure.speculative`);
+- `flashinfer_anchor.py` — the kernels beside FlashInfer on the same tensors (needs FlashInfer's wheels);
+- `*_report.py` — the JSON of each turned into the lesson's tables, on any machine;
 - `common.py` — what they share: timing, the card's ceilings, random models of the course's shapes.
-Importing them needs no GPU; running them does.
+Importing them needs no GPU; running them does, but for `fp8_accuracy.py`.
 """

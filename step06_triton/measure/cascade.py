@@ -40,10 +40,10 @@ from .common import LLAMA_3_2_1B, Parts, checked, copy_bandwidth, exact_fp32, me
 from .engine import run_hf, workload
 from .kernels import guarded
 
-HEADS = {"llama_3_2_1b": (32, 8, 64), "smollm2_135m": (9, 3, 64)}
+SHAPES = {"llama_3_2_1b": LLAMA_3_2_1B, "smollm2_135m": SMOLLM2_135M}
+HEADS = {name: (c["num_heads"], c["num_kv_heads"], c["head_dim"]) for name, c in SHAPES.items()}
 BATCH, PREFIX, OWN = 256, 4096, (16, 128)
 BLOCK = 16
-GRAPH_CONTEXT = 8192  # the longest context the engine's graphs replay (both shapes' max_position_embeddings)
 TARGETS = {"llama_3_2_1b": 4.0, "smollm2_135m": 2.5}  # attention time, plain / cascade
 
 
@@ -114,8 +114,9 @@ def layer_attention(heads_name: str, prefixes: list[int]) -> dict:
     row["cascade_rel_err"] = checked(cascade(), ref, "cascade")
     row["cascade_us"] = round(median_ms(cascade) * 1e3, 1)
     # the grid a captured step replays: the split axis of the runner's bucket for the longest suffix (and, as the
-    # first captured version did, the axis of the longest context the graphs serve: 8,192 tokens)
-    buckets = split_buckets(GRAPH_CONTEXT)
+    # first captured version did, the axis of the longest context the model's graphs serve)
+    graph_context = SHAPES[heads_name]["max_position_embeddings"]
+    buckets = split_buckets(graph_context)
     suffix_axis = split_bucket(buckets, int(cascade_suffix_lens(x["groups"], lens).max()))
     for key, axis in (("cascade_graph_grid", suffix_axis), ("cascade_one_axis", buckets[-1])):
         grid = CascadeGrid.for_batch(BATCH, hq // hkv, MIN_SEQS, d, splits=axis)
@@ -123,7 +124,7 @@ def layer_attention(heads_name: str, prefixes: list[int]) -> dict:
         graphed = lambda md_graph=md_graph: cascade_decode_attention(q, k, v, table, md_graph)  # noqa: E731
         row[f"{key}_rel_err"] = checked(graphed(), ref, f"cascade on a graph's grid, {axis} suffix splits")
         row[f"{key}_us"] = round(median_ms(graphed) * 1e3, 1)
-    row["graph_suffix_splits"] = suffix_axis
+    row.update(graph_suffix_splits=suffix_axis, graph_context=graph_context)
     row["speedup"] = round(row["plain_us"] / row["cascade_us"], 2)
     row["speedup_graph_grid"] = round(row["plain_us"] / row["cascade_graph_grid_us"], 2)
     row.update(prefix_splits=md.group_splits.tolist(), tiles=int(md.num_tiles.item()))
@@ -250,7 +251,7 @@ def hf_largest_batch(hf, prompts: list[list[int]], new_tokens: int) -> dict:
 
 
 def engine_runs(shape_name: str, quick: bool) -> dict:
-    shape = {"llama_3_2_1b": LLAMA_3_2_1B, "smollm2_135m": SMOLLM2_135M}[shape_name]
+    shape = SHAPES[shape_name]
     model = random_model(shape, torch.bfloat16)
     rounds = 1 if quick else 2
     requests = 64 if quick else BATCH

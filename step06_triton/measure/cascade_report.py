@@ -42,7 +42,7 @@ def tables(res: dict | None) -> str:
                   "block 16, bf16, each contender checked against fp32 first, median of CUDA-graph replays (µs):", ""]
         lines += table(["heads", "plain paged decode", "plain, prefix in distinct blocks", "cascade",
                         "cascade, as a captured step replays it (suffix splits)", "cascade, one suffix axis for "
-                        "8,192-token contexts", "plain / cascade", "suffix decode + one SDPA (bound)",
+                        "the longest context the graphs serve", "plain / cascade", "suffix decode + one SDPA (bound)",
                         "MiB read, plain / cascade"], rows) + [""]
     engine_rows = []
     for part, label in (("engine_1b", "Llama-3.2-1B shape"), ("engine_smollm2", "SmolLM2-135M shape")):
@@ -58,7 +58,8 @@ def tables(res: dict | None) -> str:
                                         x["decode_ms_per_step"], x["tokens_per_s"]])
             if "hf_static" in r:
                 hf = r["hf_static"]
-                engine_rows.append([label, workload.replace("_", " "), "HF static `generate`", "-", "-", "-",
+                batches = f" (batches of {hf['batch']})" if "batch" in hf else ""
+                engine_rows.append([label, workload.replace("_", " "), f"HF static `generate`{batches}", "-", "-", "-",
                                     hf.get("tokens_per_s", f"failed: {hf.get('error')}")])
     if engine_rows:
         lines += ["The engine end to end (chapter 5's cache on the Triton kernels, fused CUDA graphs, overlapped; the "

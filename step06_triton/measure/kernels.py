@@ -57,6 +57,7 @@ HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64)}  # query heads, KV head
 LLAMA, SMOLLM2 = HEADS
 UNIFORM_SHAPES = [(64, 4096), (256, 1024), (8, 32768)]
 RAGGED = dict(batch=64, max_context=8192, seed=0)  # contexts uniform in 1..max_context
+GRAPH_CONTEXT = 32768  # the longest context the ragged rows' CUDA-graph grids are sized for
 SHORT = dict(batch=64, low=20, high=1600, seed=1)  # an engine's decode step on the `random` workload
 PREFILL_SHAPE = (4, 4096, 2048)  # batch, cached prefix, new tokens
 RAGGED_PREFILL = dict(batch=8, max_prefix=8192, new=(16, 1024), seed=1)
@@ -89,16 +90,20 @@ def paged_pool(lengths: list[int], block_size: int, heads: int, dim: int, spare:
     return k, v, table
 
 
-def ragged_decode_batch(heads: str, block_size: int = 16) -> dict:
-    """The ragged batch an engine decodes (RAGGED: contexts drawn from 1..max_context) with `heads`: its lengths,
-    a bf16 pool twice the size needed with each sequence's blocks scattered (`paged_pool`), the block tables, one
-    bf16 query per sequence and the lengths on the device."""
+def decode_batch(heads: str, lengths: list[int], block_size: int = 16, spare: float = 2.0) -> dict:
+    """A decode batch with `heads` over contexts of `lengths`: a bf16 pool `spare` times the size needed with each
+    sequence's blocks scattered (`paged_pool`), the block tables, one bf16 query per sequence, the lengths on the
+    device and the bytes a decode moves (K and V read, q read, the output written)."""
     hq, hkv, d = HEADS[heads]
-    lengths = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
-    k, v, table = paged_pool(lengths, block_size, hkv, d, spare=2.0)
+    k, v, table = paged_pool(lengths, block_size, hkv, d, spare)
     q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
-    return dict(lengths=lengths, k=k, v=v, table=table, q=q,
+    return dict(lengths=lengths, k=k, v=v, table=table, q=q, bytes=2 * sum(lengths) * hkv * d * 2 + 2 * q.nbytes,
                 seq_lens=torch.tensor(lengths, dtype=torch.int32, device=DEVICE))
+
+
+def ragged_decode_batch(heads: str, block_size: int = 16) -> dict:
+    """The ragged batch an engine decodes (RAGGED: contexts drawn from 1..max_context), as `decode_batch`."""
+    return decode_batch(heads, ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"]), block_size)
 
 
 def decode_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor, lengths: list[int],
@@ -111,16 +116,22 @@ def decode_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: t
                                           enable_gqa=True).squeeze(2)
 
 
-def prefill_reference(x: dict, k: torch.Tensor, v: torch.Tensor, block_size: int = 16) -> torch.Tensor:
-    """fp32 attention of the first sequence's new tokens of `extend_inputs` (x) over its context in the pool k, v,
-    causal with the mask aligned to the context's end: [1, H_q, new, D]. A uniform batch's sequences are all alike;
-    each prefill contender is checked on the first."""
-    n, c = x["news"][0], x["ctx"][0]
-    ck, cv = (t.transpose(1, 2).contiguous() for t in gather_kv(k, v, context_slots(x["table"], x["ctx"][:1],
-                                                                                   block_size)[:1]))
-    visible = torch.arange(c, device=DEVICE)[None, :] <= (c - n + torch.arange(n, device=DEVICE))[:, None]
-    return F.scaled_dot_product_attention(x["q"][:n].float().transpose(0, 1)[None], ck[:, :, :c].float(),
-                                          cv[:, :, :c].float(), attn_mask=visible, enable_gqa=True)
+def check_prefill(out: torch.Tensor, x: dict, k: torch.Tensor, v: torch.Tensor, what: str,
+                  block_size: int = 16) -> float:
+    """The largest relative error of a prefill's output `out` [T, H_q, D] for `extend_inputs` (x) against fp32
+    attention over each sequence's context in the pool k, v, causal with the mask aligned to the context's end;
+    a wrong kernel stops the run. Every sequence of a ragged batch is checked; a uniform batch's are all alike."""
+    uniform = len(set(x["ctx"])) == 1 and len(set(x["news"])) == 1
+    ck, cv = (t.transpose(1, 2).contiguous() for t in gather_kv(k, v, context_slots(x["table"], x["ctx"],
+                                                                                   block_size)))
+    errs = []
+    for i, (n, c) in enumerate(zip(x["news"][:1] if uniform else x["news"], x["ctx"])):
+        rows = slice(int(x["qsl"][i]), int(x["qsl"][i]) + n)
+        visible = torch.arange(c, device=DEVICE)[None, :] <= (c - n + torch.arange(n, device=DEVICE))[:, None]
+        ref = F.scaled_dot_product_attention(x["q"][rows].float().transpose(0, 1)[None], ck[i: i + 1, :, :c].float(),
+                                             cv[i: i + 1, :, :c].float(), attn_mask=visible, enable_gqa=True)
+        errs.append(checked(out[rows].transpose(0, 1)[None], ref, f"{what}, sequence {i}"))
+    return max(errs)
 
 
 def context_slots(table: torch.Tensor, lengths: list[int], block_size: int) -> torch.Tensor:
@@ -199,18 +210,11 @@ def bench_decode(heads: str, lengths: list[int], block_size: int, spare: float =
     """One decode row: our kernel (checked first) and the baselines on the same pool and queries."""
     hq, hkv, d = HEADS[heads]
     batch, ragged = len(lengths), len(set(lengths)) > 1
-    k, v, table = paged_pool(lengths, block_size, hkv, d, spare)
-    q = torch.randn(batch, hq, d, dtype=torch.bfloat16, device=DEVICE)
-    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
-    slots = context_slots(table, lengths, block_size)
-    mask = key_mask(lengths)
-    nbytes = 2 * sum(lengths) * hkv * d * 2 + 2 * q.nbytes  # K, V read; q read, out written
+    x = decode_batch(heads, lengths, block_size, spare)
+    k, v, table, q, seq_lens, nbytes = (x[key] for key in ("k", "v", "table", "q", "seq_lens", "bytes"))
+    slots, mask = context_slots(table, lengths, block_size), key_mask(lengths)
     tb_s = lambda ms: round(nbytes / ms / 1e9, 3)  # noqa: E731
-
-    gk, gv = gather_kv(k, v, slots)  # reference: gather, then SDPA in fp32 over the real keys
-    ref = F.scaled_dot_product_attention(q.float().unsqueeze(2), gk.float().transpose(1, 2),
-                                         gv.float().transpose(1, 2), attn_mask=mask, enable_gqa=True).squeeze(2)
-    del gk, gv
+    ref = decode_reference(q, k, v, table, lengths, block_size)
     splits = num_kv_splits(max(lengths))  # the eager launch: the longest context, a host integer
     ours = lambda: paged_decode_attention(q, k, v, table, seq_lens, splits)  # noqa: E731
     plan = [n for n, _ in split_plan_host(lengths, hkv, splits, DECODE_TILE.get(d, (64, 4))[0],
@@ -224,17 +228,17 @@ def bench_decode(heads: str, lengths: list[int], block_size: int, spare: float =
     row["triton_eager_tb_s"] = tb_s(eager_ms(lambda: paged_decode_attention(q, k, v, table, seq_lens, splits, out,
                                                                              partials)))
     if ragged:  # the same kernel on a CUDA graph's grid, and under the first version's rule
-        one_axis = num_kv_splits(32768)  # a graph captured for contexts up to 32k tokens on one split axis
-        graph_grid = split_bucket(split_buckets(32768), max(lengths))  # the axis the runner's buckets replay
+        graph_grid = num_kv_splits(GRAPH_CONTEXT)  # one split axis, for any context a graph may replay
+        bucket = split_bucket(split_buckets(GRAPH_CONTEXT), max(lengths))  # the axis the runner's buckets replay
         first = first_version_splits(batch, hkv, max(lengths))
-        variants = dict(graph_grid=dict(max_splits=graph_grid), one_axis=dict(max_splits=one_axis),
+        variants = dict(graph_grid=dict(max_splits=graph_grid), bucket=dict(max_splits=bucket),
                         # as many equal splits as the first rule:
                         first_rule=dict(max_splits=first, num_sms=2**26, min_split_len=1))  # split_len 1, capped
         for name, kw in variants.items():
             run = functools.partial(paged_decode_attention, q, k, v, table, seq_lens, **kw)
             checked(run(), ref, f"decode {heads} {name}")
             row[f"triton_{name}_tb_s"] = tb_s(median_ms(run))
-        row["graph_grid_splits"], row["one_axis_splits"], row["first_rule_splits"] = graph_grid, one_axis, first
+        row["graph_grid_splits"], row["bucket_splits"], row["first_rule_splits"] = graph_grid, bucket, first
     else:
         row["first_version_tb_s"] = FIRST_VERSION_TB_S.get((batch, max(lengths), block_size))
 
@@ -287,21 +291,11 @@ def bench_prefill(prefixes: list[int], news: list[int], block_size: int = 16, **
     B, max_new, max_ctx = len(news), max(news), max(ctx)
 
     ours = lambda: extend_attention(q, k, v, table, x["qsl"], x["seq_lens"], max_new, **launch)  # noqa: E731
-    out, errs = ours(), []
-    ck, cv = [t.transpose(1, 2).contiguous() for t in gather_kv(k, v, context_slots(table, ctx, block_size))]
-    for i in range(B):  # fp32 reference, one sequence at a time
-        n, c = news[i], ctx[i]
-        rows = slice(int(x["qsl"][i]), int(x["qsl"][i]) + n)
-        visible = torch.arange(c, device=DEVICE)[None, :] <= (c - n + torch.arange(n, device=DEVICE))[:, None]
-        ref = F.scaled_dot_product_attention(q[rows].float().transpose(0, 1)[None], ck[i: i + 1, :, :c].float(),
-                                             cv[i: i + 1, :, :c].float(), attn_mask=visible, enable_gqa=True)
-        errs.append(rel_err(out[rows].transpose(0, 1)[None], ref))
-        if uniform:
-            break  # every sequence has the same shape: one suffices
     row = dict(batch=B, prefixes=prefixes, news=news, prefix=max(prefixes), new=max_new, block_size=block_size,
-               flops=x["flops"], triton_rel_err=max(errs))
-    if not row["triton_rel_err"] < 1e-2:
-        raise AssertionError(f"extend: relative error {row['triton_rel_err']:.3g} against the fp32 reference")
+               flops=x["flops"])
+    out = ours()
+    row["triton_rel_err"] = check_prefill(out, x, k, v, "extend", block_size)
+    ck, cv = [t.transpose(1, 2).contiguous() for t in gather_kv(k, v, context_slots(table, ctx, block_size))]
     row["triton_tflop_s"] = tflop_s(median_ms(ours))
 
     qc = torch.zeros(B, hq, max_new, d, dtype=q.dtype, device=DEVICE)  # queries padded to the longest chunk
@@ -487,16 +481,9 @@ def short_sweep() -> dict:
     lengths = ragged_lengths(SHORT["batch"], SHORT["low"], SHORT["high"], SHORT["seed"])
     out: dict = dict(lengths=dict(batch=len(lengths), total=sum(lengths), max=max(lengths)), rows=[])
     for heads in HEADS:
-        hq, hkv, d = HEADS[heads]
-        k, v, table = paged_pool(lengths, 16, hkv, d, 2.0)
-        q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
-        seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
-        nbytes = 2 * sum(lengths) * hkv * d * 2 + 2 * q.nbytes
-        gk, gv = gather_kv(k, v, context_slots(table, lengths, 16))
-        ref = F.scaled_dot_product_attention(q.float().unsqueeze(2), gk.float().transpose(1, 2),
-                                             gv.float().transpose(1, 2), attn_mask=key_mask(lengths),
-                                             enable_gqa=True).squeeze(2)
-        del gk, gv
+        x = decode_batch(heads, lengths)
+        k, v, table, q, seq_lens, nbytes = (x[key] for key in ("k", "v", "table", "q", "seq_lens", "bytes"))
+        ref = decode_reference(q, k, v, table, lengths)
         for floor in (32, 64, 128, 256, 512):
             for block_n, warps in ((32, 4), (64, 4)):
                 run = functools.partial(paged_decode_attention, q, k, v, table, seq_lens,
@@ -517,13 +504,9 @@ def run_once_for_ncu() -> None:
     """For Nsight Compute (`ncu --kernel-name regex:'decode|merge|extend|flex'`): the ragged decode of each head
     shape once, then the prefill shape once through our kernel and once through FlexAttention, each after a
     warm-up call."""
-    rag = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
     for heads in HEADS:
-        hq, hkv, d = HEADS[heads]
-        k, v, table = paged_pool(rag, 16, hkv, d, 2.0)
-        q = torch.randn(len(rag), hq, d, dtype=torch.bfloat16, device=DEVICE)
-        seq_lens = torch.tensor(rag, dtype=torch.int32, device=DEVICE)
-        paged_decode_attention(q, k, v, table, seq_lens, num_kv_splits(max(rag)))
+        x = ragged_decode_batch(heads)
+        paged_decode_attention(x["q"], x["k"], x["v"], x["table"], x["seq_lens"], num_kv_splits(max(x["lengths"])))
     batch, prefix, new = PREFILL_SHAPE
     x = extend_inputs([prefix] * batch, [new] * batch)
     extend_attention(x["q"], x["k"], x["v"], x["table"], x["qsl"], x["seq_lens"], new)

@@ -1,6 +1,6 @@
 """What a verify step costs on the GPU, from results/h200_speculative.json (`python -m
 step06_triton.measure.speculative`): the ratio of a forward of 1 + k tokens per sequence to a decode step, graph
-replayed and eager. report.py puts it under the FP8 cache's tables; nothing here measures."""
+replayed. report.py puts it under the FP8 cache's tables; nothing here measures."""
 from __future__ import annotations
 
 import json
@@ -41,8 +41,8 @@ def tables(res: dict | None) -> str:
                 rows.append([SHAPES.get(shape, shape), f"{int(context):,}", batch, f"{row['decode_ms']:.3f}"]
                             + [f"{row['ratio'][k]:.2f}x" for k in ks])
     if rows:
-        lines += table(["model shape", "context", "batch", "decode step (ms)"] + [f"k = {k}" for k in ks], rows) + [""]
-    if res.get("goals"):
-        lines += table(["target", "measured", "verdict"],
-                       [[g["goal"], g["measured"], met(g["met"])] for g in goals(res)]) + [""]
+        lines += table(["model shape", "context", "batch", "decode step (ms)"] + [f"k = {k}" for k in ks or []],
+                       rows) + [""]
+    targets = [[g["goal"], g["measured"], met(g["met"])] for g in goals(res)]  # judged on the data
+    lines += table(["target", "measured", "verdict"], targets) + [""] if targets else []
     return "\n".join(lines)

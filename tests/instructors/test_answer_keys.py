@@ -26,7 +26,7 @@ from course.tiny import SMOLLM2_135M, tiny_model
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
-from step02_paged.geometry import PoolGeometry
+from step02_paged.geometry import PoolGeometry, cdiv
 
 KEYS = REPO_ROOT / "instructors" / "answers"
 pytestmark = pytest.mark.skipif(not KEYS.is_dir(), reason="the answer keys are not part of a student release")
@@ -785,7 +785,7 @@ def test_step06_q11_a_short_chunk_splits_its_prefix():
 
 
 def test_step06_q12_fp8_bytes_and_rounding():
-    from step02_paged.fp8_pool import KVScales, dequantize, make_kv_pool, quantize, token_scales
+    from step02_paged.fp8_pool import FP8_MAX, KVScales, dequantize, make_kv_pool, quantize, token_scales
     from step06_triton.measure.fp8_accuracy import LLAMA_3_8B
 
     smollm2 = ModelConfig(**SMOLLM2_135M)
@@ -799,10 +799,11 @@ def test_step06_q12_fp8_bytes_and_rounding():
     scales = 2 * smollm2.num_layers * 16 * smollm2.num_kv_heads * 4
     per_gib = [2**30 // b for b in sizes["smollm2"]]
     says("step06", 12, f"**{bf16:,} bytes** in bf16", f"**{fp8:,} bytes** ({static:,} of e4m3 and {scales:,} of fp32",
-         f"static scales **{static:,} bytes**", *(f"**{n:,}**" for n in per_gib), "2,048 tokens takes 128 blocks",
+         f"static scales **{static:,} bytes**", *(f"**{n:,}**" for n in per_gib),
+         f"2,048 tokens takes {cdiv(2048, 16)} blocks",
          *(f"**{n * 16 // 2048}**" for n in per_gib), "**{:,}**, **{:,}** and **{:,} bytes**".format(*sizes["llama"]),
          "**{:,}**, **{:,}** and **{:,}** blocks per GiB".format(*(2**30 // b for b in sizes["llama"])),
-         f"**{4 / 64:.2%}**", f"**{4 / 128:.3%}**")
+         f"**{4 / smollm2.head_dim:.2%}**", f"**{4 / LLAMA_3_8B.head_dim:.3%}**")
     row = torch.zeros(1, 64)
     row[0, :4] = torch.tensor([10.0, 3.0, 0.01, -7.3])
     s = token_scales(row)
@@ -810,26 +811,30 @@ def test_step06_q12_fp8_bytes_and_rounding():
     stored = quantize(row, s).float()[0]
     assert s.item() == pytest.approx(10 / 448) and stored[0] == 448 and round(scaled[1].item(), 1) == 134.4
     lost = lambda i: abs(back[i].item() / row[0, i].item() - 1)  # noqa: E731
+    low = 2.0 ** math.floor(math.log2(scaled[1].item()))  # the power of two below 3.0's scaled value
     says("step06", 12, "reads back as **10.0**", f"becomes {scaled[1]:.1f}", f"stored as {stored[1]:.0f}",
          f"**{back[1]:.3f}**, **{lost(1):.1%}**", f"becomes {scaled[2]:.3f}, stored as {stored[2]:.4f}",
          f"**{back[2]:.6f}** (**{lost(2):.1%}**", f"−7.3 becomes −{-scaled[3]:.2f}, stored as −{-stored[3]:.0f}",
-         f"**−{-back[3]:.3f}** (**{lost(3):.1%}**)", "(1.75 · 2^8)", "1/16 of 2^k", "and 256",
-         f"over 448, {row.abs().max():g}/448")
+         f"**−{-back[3]:.3f}** (**{lost(3):.1%}**)", f"({FP8_MAX / 2**8:g} · 2^8)", "1/16 of 2^k",
+         f"between {low:g} and {2 * low:g} the e4m3 values are {low / 8:g} apart",
+         f"over {FP8_MAX:g}, {row.abs().max():g}/{FP8_MAX:g}")
+    assert FP8_MAX == torch.finfo(torch.float8_e4m3fn).max and 1.75 * 2**8 == FP8_MAX
     static_scale = torch.tensor([16 / 448])
     clipped = dequantize(quantize(torch.tensor([[24.0]]), static_scale), static_scale, torch.float32)
     says("step06", 12, f"24 is {24 / static_scale.item():.0f} times", f"reads back as **{clipped.item():.0f}**",
-         "beyond 448", "step 3")
+         f"beyond {FP8_MAX:g}", "step 3")
 
 
 def test_step06_q13_the_split_axes_of_a_decode_graph():
     from step06_triton.decode_attention import MIN_SPLIT_LEN, num_kv_splits, split_bucket, split_buckets
+    from step06_triton.measure.kernels import GRAPH_CONTEXT
 
     kv, batch, context, longest = SMOLLM2_135M["num_kv_heads"], 64, 300, SMOLLM2_135M["max_position_embeddings"]
     buckets = split_buckets(longest)
     one_axis, axis = num_kv_splits(longest), split_bucket(buckets, context)
     ragged = next(r for r in _h200()["kernels"]["decode"] if r["ragged"] and r["block_size"] == 16
                   and r["heads"] == "32/8x128")
-    one_axis_tb_s = ragged.get("triton_one_axis_tb_s", ragged["triton_graph_grid_tb_s"])  # files before the buckets
+    one_axis_tb_s = ragged["triton_graph_grid_tb_s"]  # the single axis for GRAPH_CONTEXT
     past = MIN_SPLIT_LEN + 1
     assert split_bucket(buckets, ragged["context"]) == ragged["max_splits"] == num_kv_splits(ragged["context"])
     says("step06", 13, f"`num_kv_splits({longest:,})` = **{one_axis} splits**",
@@ -840,7 +845,7 @@ def test_step06_q13_the_split_axes_of_a_decode_graph():
          f"longest context, {ragged['context']:,} tokens, needs {num_kv_splits(ragged['context'])} splits",
          f"({ragged['triton_tb_s']}", f"moved {one_axis_tb_s:.2f}",
          f"with the {ragged['hq']} / {ragged['hkv']} heads, where one axis for "
-         f"{ragged.get('one_axis_splits', ragged['graph_grid_splits']) * MIN_SPLIT_LEN // 1024}k contexts",
+         f"{GRAPH_CONTEXT // 1024}k contexts",
          f"a {past}-token context needs {num_kv_splits(past)} splits and replays the axis of "
          f"{split_bucket(buckets, past)}")
 

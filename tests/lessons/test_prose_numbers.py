@@ -615,6 +615,19 @@ def test_step06_theory():
     says(path, f"too few to fill the GPU ({long_uniform['batch']}\nsequences of {long_uniform['context'] // 1024}k "
                f"tokens become {splits} splits each; {uniform['batch']} of {uniform['context'] // 1024}k stay whole",
          f"`min_split_len` ({decode_attention.MIN_SPLIT_LEN} tokens)")
+    short = _h200()["short"]
+    best = {}
+    for r in short["rows"]:  # each floor's best tile, per head shape
+        best[r["heads"], r["min_split_len"]] = min(best.get((r["heads"], r["min_split_len"]), float("inf")), r["us"])
+    floor = decode_attention.MIN_SPLIT_LEN
+    from step06_triton.measure.kernels import SHORT
+    says(path, f"({short['lengths']['batch']} contexts of {SHORT['low']} to {short['lengths']['max']:,} tokens",
+         f"takes {best['9/3x64', floor]:.1f} µs with\nSmolLM2's heads where a floor of 256 tokens would take "
+         f"{best['9/3x64', 256]:.1f} and one of 32 takes {best['9/3x64', 32]:.1f}, and "
+         f"{best['32/8x128', floor]:.1f} µs with 32 / 8\nheads where 256 takes {best['32/8x128', 256]:.1f}",
+         f"the floor stays at {floor}")
+    assert best["32/8x128", floor] == min(v for (h, _), v in best.items() if h == "32/8x128"), "the best on 32 / 8"
+    assert 0.05 < 1 - best["9/3x64", 256] / best["9/3x64", floor] < 0.15, "a tenth off the best on SmolLM2"
     first, prompt = _first_warm_long()
     cached = first - prompt
     says(path, f"computes {prompt} tokens after {cached:,}\ncached ones: one query block per head, {S['num_heads']} "
@@ -725,16 +738,16 @@ def test_step06_measured():
          "(the target")
     ragged1 = _decode_row("32/8x128", True, 1)
     from step06_triton.decode_attention import split_bucket, split_buckets
-    one_axis_splits = ragged.get("one_axis_splits", ragged["graph_grid_splits"])  # files before the buckets: one axis
-    one_axis_tb_s = ragged.get("triton_one_axis_tb_s", ragged["triton_graph_grid_tb_s"])
-    bucket = split_bucket(split_buckets(32768), ragged["context"])
+    from step06_triton.measure.kernels import GRAPH_CONTEXT
+    one_axis_splits, one_axis_tb_s = ragged["graph_grid_splits"], ragged["triton_graph_grid_tb_s"]
+    bucket = split_bucket(split_buckets(GRAPH_CONTEXT), ragged["context"])
     assert bucket == ragged["max_splits"], "the lesson says the captured step replays the eager launch"
     says(path, f"lifts the {ragged['hq']}/{ragged['hkv']} × {ragged['d']} layer from "
                f"{ragged['triton_first_rule_tb_s']} TB/s",
          f"to {ragged['triton_tb_s']} with blocks of 16 and {ragged1['triton_tb_s']} with blocks of 1 — "
                f"{1 - ragged['triton_tb_s'] / target(big_target):.1%} under and just over the target\nof "
                f"{target(big_target)}",
-         f"contexts up to\n{one_axis_splits * 512 // 1024}k tokens ({one_axis_splits} split programs",
+         f"contexts up to\n{GRAPH_CONTEXT // 1024}k tokens ({one_axis_splits} split programs",
          f"it moves {one_axis_tb_s:.2f}:", f"for this\nbatch that is {bucket} splits, the very launch",
          f"The SmolLM2 layer ({small['hq']}/{small['hkv']} × {small['d']}) moves {small['triton_tb_s']:.2f}, from "
          f"{small['triton_first_rule_tb_s']:.2f} under the first rule",

@@ -158,9 +158,11 @@ def test_speculation_keeps_greedy_answers(block_size, chunked, good, bad):
     outs = drive_to_end(engine, ps, params)
     assert [o.output_ids for o in outs] == [answer(tuple(p), 12) for p in ps]
     s = engine.stats
-    assert s.draft_tokens > 0 and s.accepted_tokens == (0 if good == 0 else s.accepted_tokens)
+    assert s.draft_tokens > 0 and (s.accepted_tokens > 0) == (good > 0)
     if bad == 0:
         assert s.accepted_tokens == s.draft_tokens
+    else:  # verification must reject the wrong drafts, not keep everything
+        assert s.accepted_tokens < s.draft_tokens
     if good == 5:  # every draft right: far fewer steps than one token per step
         assert s.steps < sum(len(p) for p in ps) // 24 + 12
 

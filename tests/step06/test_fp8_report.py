@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from step06_triton.measure import fp8_report
-from step06_triton.measure.fp8 import goals
 from step06_triton.measure.fp8_accuracy import VARIANTS
 
 
@@ -28,22 +27,20 @@ def gpu() -> dict:
                 for pool, b, n, t, p in (("bf16", 368640, 1950, 1800.0, 41), ("fp8", 195840, 3670, 2500.0, 0))}
     res = dict(machine=dict(gpu="NVIDIA H200", sms=132, torch="2.11", triton="3.6"),
                commands=[fp8_report.GPU_COMMAND],
-               identity_fp32=dict(requests=8, identical_requests_vs_torch={"torch": 8, "triton": 8},
-                                  all_identical=True),
+               identity_runs={name: dict(tokens=[[1, 2, 3]] * 8) for name in ["torch", *fp8_report.IDENTITY_ENGINES]},
                decode={"32/8x128": dict(bf16=pool_row(1.0), fp8_token=pool_row(1.86), fp8_static=pool_row(1.95)),
                        "9/3x64": dict(error="RuntimeError: out of memory")},
                extend=dict(uniform=extend, ragged=extend, store=dict(bf16=dict(correct=True, gb_s=2000.0),
                                                                      fp8_token=dict(correct=True, gb_s=1500.0))),
                capacity=dict(capacity, requests=64, prompt_tokens=40000, new_tokens=256, budget_bytes=1,
                              budget=dict(budget_of_bf16_need=0.65), speedup=1.39))
-    res["goals"] = goals(res)
     return res
 
 
 def test_the_gpu_tables_state_every_target_and_a_failed_part(gpu):
-    text = fp8_report.tables(gpu)
-    assert [g["met"] for g in gpu["goals"]] == [True, True, True, True]
-    assert all(f"| {g['goal']} |" in text for g in gpu["goals"])
+    text, goals = fp8_report.tables(gpu), fp8_report.goals(gpu)
+    assert [g["met"] for g in goals] == [True, True, True, True]
+    assert all(f"| {g['goal']} |" in text for g in goals)
     assert "**1.86x**" in text and "failed: RuntimeError" in text and "| 41 |" in text
     assert fp8_report.GPU_COMMAND in fp8_report.tables(None)
 
@@ -59,3 +56,17 @@ def test_the_lessons_block_is_drawn_from_the_accuracy_record(gpu):
     kept = figures["variants"][fp8_report.KEPT]
     assert abs(kept["perplexity_change"]) <= figures["target_perplexity_change"], \
         "the pool the lesson keeps no longer meets its perplexity target: revisit the choice"
+
+
+def test_an_engine_that_differs_or_did_not_run_misses_the_identity_target(gpu):
+    """The identity target is judged from the engines' tokens: one request differing at its second token, or an
+    engine whose run never finished, is a miss that the targets table states."""
+    runs = gpu["identity_runs"]
+    runs["triton"] = dict(tokens=[[1, 9, 3]] + [[1, 2, 3]] * 7)
+    del runs["triton_graphs_fused_cascade"]
+    ident = fp8_report.identity_summary(runs, fp8_report.IDENTITY_ENGINES)
+    assert ident["first_divergence"]["triton"] == [1] + [None] * 7
+    assert ident["missing"] == ["triton_graphs_fused_cascade"] and not ident["all_identical"]
+    row = next(g for g in fp8_report.goals(gpu) if g["goal"].startswith("fp32"))
+    assert not row["met"] and "triton 7/8" in row["measured"] and "not run" in row["measured"]
+    assert "| **missed** |" in fp8_report.tables(gpu)

@@ -59,8 +59,8 @@ def test_a_captured_fp8_decode_replays_new_lengths():
 
 @pytest.mark.parametrize("options", [dict(cuda_graphs=True), dict(cuda_graphs=True, fuse=True, overlap=True),
                                      dict(cuda_graphs=True, cascade=True, cascade_min_tokens=16, cascade_min_seqs=2)])
-def test_the_engines_fp8_tokens_on_the_gpu_are_the_torch_paths(options):
-    torch.backends.cuda.matmul.allow_tf32 = False
+def test_the_engines_fp8_tokens_on_the_gpu_are_the_torch_paths(options, monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # exact fp32 products, this test only
     model = tiny_model(seed=3, num_heads=6, num_kv_heads=2).cuda()
     prompts = shared_prompts(9, seed=5)
     outs, dtypes = {}, []

@@ -367,3 +367,16 @@ def test_split_buckets_cover_every_context_with_at_most_four_times_its_splits():
             axis = split_bucket(buckets, context)
             assert axis in buckets and need <= axis < 4 * need
     assert split_bucket(split_buckets(8192), MIN_SPLIT_LEN) == 1  # one split: no merge kernel
+
+
+def test_flashinfer_page_lists_are_the_block_tables_pages():
+    """The FlashInfer anchor hands FlashInfer the course's block tables as its page lists: each sequence's pages
+    in order, its last page's token count, and nothing of the table's padding."""
+    from step06_triton.measure.flashinfer_anchor import page_lists
+
+    table = torch.tensor([[7, 2, 9, 0], [4, 0, 0, 0], [1, 3, 5, 6]], dtype=torch.int32)
+    indptr, indices, last = page_lists(table, [33, 16, 49], block_size=16)
+    assert indptr.tolist() == [0, 3, 4, 8]
+    assert indices.tolist() == [7, 2, 9, 4, 1, 3, 5, 6]
+    assert last.tolist() == [1, 16, 1]
+    assert {t.dtype for t in (indptr, indices, last)} == {torch.int32}

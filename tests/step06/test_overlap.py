@@ -111,7 +111,9 @@ def test_a_placeholder_takes_the_previous_steps_token_on_the_device():
 
 class OverlapBridgeMachine(EngineMachine):
     """The shared state machine (random add / step / abort, invariants after every operation, answers equal
-    step01's) on the overlapped engine."""
+    step01's) on the overlapped engine, which refuses speculation."""
+
+    speculative_ks = (0,)
 
     def make_engine(self):
         return OverlapEngine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3,
@@ -119,6 +121,8 @@ class OverlapBridgeMachine(EngineMachine):
 
 
 class OverlapHashMachine(EngineMachine):
+    speculative_ks = (0,)
+
     def make_engine(self):
         return OverlapEngine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3,
                                                  max_num_batched_tokens=10), PREFIX_CACHES["hash"])

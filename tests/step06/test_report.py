@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import pytest
-import torch
 
 from course import report as course_report
 from step06_triton import pictures, report
@@ -75,15 +74,3 @@ def test_smollm2_architecture_constant_matches_the_gguf():
     real = asdict(config_from_gguf(gguf.GGUFReader(str(gguf_path()))))
     assert real == pytest.approx(asdict(tiny_config(**SMOLLM2_135M)), rel=1e-6)  # the GGUF stores eps in fp32
 
-
-def test_flashinfer_page_lists_are_the_block_tables_pages():
-    """The FlashInfer anchor hands FlashInfer the course's block tables as its page lists: each sequence's pages
-    in order, its last page's token count, and nothing of the table's padding."""
-    from step06_triton.measure.flashinfer_anchor import page_lists
-
-    table = torch.tensor([[7, 2, 9, 0], [4, 0, 0, 0], [1, 3, 5, 6]], dtype=torch.int32)
-    indptr, indices, last = page_lists(table, [33, 16, 49], block_size=16)
-    assert indptr.tolist() == [0, 3, 4, 8]
-    assert indices.tolist() == [7, 2, 9, 4, 1, 3, 5, 6]
-    assert last.tolist() == [1, 16, 1]
-    assert {t.dtype for t in (indptr, indices, last)} == {torch.int32}
