@@ -65,9 +65,10 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     CAUSAL also hides keys after each row's own position q_pos [M]. Without either, the caller promises every
     key is visible. Returns the new (m_i, l_i, acc). Both attention kernels are loops over this function.
 
-    An FP8 pool (float8_e4m3fn) is dequantized as it is loaded: the scale of key row (slot, head) is at
-    `slot * SCALE_SLOT + kv_head * SCALE_HEAD` in k_scale_ptr / v_scale_ptr (a stride of 0 shares one scale: static
-    scales). Other pools ignore the scale arguments."""
+    An FP8 pool (float8_e4m3fn) is read as e4m3 values and their scales, the scales applied to the scores and the
+    softmax weights (step 2): the scale of key row (slot, head) is at `slot * SCALE_SLOT + kv_head * SCALE_HEAD` in
+    k_scale_ptr / v_scale_ptr (a stride of 0 shares one scale: static scales). Other pools ignore the scale
+    arguments."""
     pos = tile + tl.arange(0, BLOCK_N)
     in_seq = pos < kv_len
     dims = tl.arange(0, HEAD_DIM)
@@ -85,19 +86,22 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
         k = tl.load(k_cache_ptr + kv_offs)
         v = tl.load(v_cache_ptr + kv_offs)
 
-    # 2. Raw scores of every row against the tile; -inf where a key is hidden.
+    # 2. Raw scores of every row against the tile; -inf where a key is hidden. `v_weight`: what each key's value row
+    # is multiplied by in step 3, its V scale in an FP8 pool, else 1.
     if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
         # An FP8 pool, a scale per key. The products run in q's dtype, fp16 for this pool (`compute_q`): every
-        # e4m3 value is exact in it. K's scales multiply the scores (q . (s k) = s (q . k): BLOCK_N products per row,
-        # not BLOCK_N x HEAD_DIM); V's tile is multiplied by its scales as loaded, in fp16 (a scale under 6e-5, a
-        # row whose largest value is under 0.03, keeps fewer bits: about five at 0.001, still more than the four
-        # of each e4m3 value).
+        # e4m3 value is exact in it. Both scales multiply a [rows, BLOCK_N] tile, never the [BLOCK_N, HEAD_DIM] one:
+        # K's the scores (q . (s k) = s (q . k)), V's the weights p (sum_j p_j (s_j v_j) = sum_j (p_j s_j) v_j), so
+        # K and V go from the pool to the products with one conversion each. A weight p_j s_j under 6e-5 keeps
+        # fewer bits in fp16 (about five at 1e-6): a key of small weight, or a row whose largest value is under 0.03.
         scale_at = slot * SCALE_SLOT + kv_head * SCALE_HEAD
         s = dot(q, tl.trans(k.to(q.dtype)), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
         s = s * tl.load(k_scale_ptr + scale_at)[None, :]
-        v = v.to(q.dtype) * tl.load(v_scale_ptr + scale_at).to(q.dtype)[:, None]
+        v = v.to(q.dtype)
+        v_weight = tl.load(v_scale_ptr + scale_at)
     else:
         s = dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
+        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)  # a multiplication by 1 the compiler removes
     if MASK_TAIL:
         s = tl.where(in_seq[None, :], s, float("-inf"))
     if CAUSAL:
@@ -112,7 +116,7 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s * sm_scale_log2 - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = dot(p.to(v.dtype), v, acc * alpha[:, None], IEEE)
+    acc = dot((p * v_weight[None, :]).to(v.dtype), v, acc * alpha[:, None], IEEE)
     # END SOLUTION
     return m_new, l_i, acc
 

@@ -1,6 +1,7 @@
 """`python -m step06_triton.report [--write]`: the chapter's tables and plots, from results/h200.json (kernels),
-results/h200_engine.json (the engine, measure/engine_report.py), results/h200_cascade.json (cascade attention),
-results/h200_fp8.json (the FP8 cache) and results/h200_speculative.json (the verify step).
+results/h200_flashinfer.json (FlashInfer beside them), results/h200_engine.json (the engine,
+measure/engine_report.py), results/h200_cascade.json (cascade attention), results/h200_fp8.json and
+results/h200_fp8_ablation.json (the FP8 cache) and results/h200_speculative.json (the verify step).
 
 Runs on a CPU: it only reads the JSON that `python -m step06_triton.measure.kernels --part kernels --out
 step06_triton/results/h200.json`, `python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json`
@@ -22,6 +23,7 @@ from course.report import met
 
 from .decode_attention import split_bucket, split_buckets
 from .measure import cascade_report, engine_report, fp8_report, speculative_report
+from .measure.flashinfer_anchor import row_key
 from .measure.kernels import GRAPH_CONTEXT
 
 RESULTS = Path(__file__).parent / "results"
@@ -35,6 +37,28 @@ COLORS = {"triton": "tab:red", "gather": "tab:orange", "flex": "tab:blue", "cont
 
 def load(path: Path = RESULTS / "h200.json") -> dict:
     return json.loads(path.read_text())
+
+
+def load_anchor(path: Path = RESULTS / "h200_flashinfer.json") -> dict:
+    """FlashInfer beside the kernels (measure/flashinfer_anchor.py), or {} before it ran."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _anchor(anchor: dict, row: dict) -> str:
+    """A decode row's two FlashInfer cells: FlashInfer's better kernel, and the course's kernel measured in the same
+    run, each as `graph / eager` TB/s."""
+    r = anchor.get("decode", {}).get(row_key(row["heads"], row["ragged"], row["batch"], row["context"],
+                                             row["block_size"]))
+    if r is None:
+        return "— | —"
+    return (f"{r['flashinfer_graph_tb_s']} / {r['flashinfer_eager_tb_s']} | "
+            f"{r['triton_graph_tb_s']} / {r['triton_eager_tb_s']}")
+
+
+def fastest_copy(res: dict) -> float:
+    """The fastest device copy the kernel runs measured on this card, TB/s: the engine's floors are set at it."""
+    k = res["kernels"]
+    return max([k["ceilings"]["copy_tb_s"]] + [r["copy_tb_s"] for r in k["decode"]])
 
 
 def _cell(row: dict, key: str) -> str:
@@ -68,7 +92,7 @@ def _flex(row: dict) -> str:
     return str(row["flex_paged"].get("tb_s", "did not compile (its KV tile > a block; error in the JSON)"))
 
 
-def tables(res: dict) -> str:
+def tables(res: dict, anchor: dict) -> str:
     k = res["kernels"]
     m = k.get("machine", res["machine"])
     uniform = [r for r in k["decode"] if not r["ragged"]]
@@ -80,37 +104,49 @@ def tables(res: dict) -> str:
              "read, output written); *splits*: what the launch rule gives each sequence; *first version*: the kernel "
              "before its launch rule split by work, measured on the same machine on 2026-12-01:", "",
              "| batch x context | block | splits | Triton (ours) | first version | gather + SDPA | course torch "
-             "path | FlexAttention paged | contiguous SDPA (no paging) | copy |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "path | FlexAttention paged | contiguous SDPA (no paging) | copy | FlashInfer, graph / eager | ours "
+             "in FlashInfer's run, graph / eager |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in uniform:
         lines.append(f"| {r['batch']} x {r['context']} | {r['block_size']} | {_splits(r)} | "
                      f"**{r['triton_tb_s']}** | {r['first_version_tb_s']} | {r['gather_sdpa_tb_s']} | "
-                     f"{_cell(r, 'course_torch_tb_s')} | {_flex(r)} | {r['contiguous_sdpa_tb_s']} | {r['copy_tb_s']} |")
+                     f"{_cell(r, 'course_torch_tb_s')} | {_flex(r)} | {r['contiguous_sdpa_tb_s']} | {r['copy_tb_s']} | "
+                     f"{_anchor(anchor, r)} |")
     lines += ["", f"**Decode attention, the batch an engine runs**: {ragged[0]['batch']} contexts drawn uniformly "
               f"from 1..{k['ragged']['max_context']} ({ragged[0]['total_tokens']} tokens in all), blocks scattered "
               "over a pool twice the size needed, bf16, TB/s; the baselines pad the batch to its longest context (a "
               "key mask hides the padding) and are charged for the real bytes only:", "",
               "| heads (query / KV x head_dim) | block | splits per sequence | Triton (ours) | as a captured step "
               "replays it | one split axis for 32k contexts | first version's rule | gather + SDPA | FlexAttention "
-              "paged | contiguous SDPA (padded) | copy |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "paged | contiguous SDPA (padded) | copy | FlashInfer, graph / eager | ours in FlashInfer's run, graph / "
+              "eager |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in ragged:
         lines.append(f"| {r['heads']} | {r['block_size']} | {_splits(r)} | **{r['triton_tb_s']}** | "
                      f"{' | '.join(_captured(r))} | "
                      f"{r['triton_first_rule_tb_s']} ({r['first_rule_splits']} per sequence) | "
-                     f"{r['gather_sdpa_tb_s']} | {_flex(r)} | {r['contiguous_sdpa_tb_s']} | {r['copy_tb_s']} |")
+                     f"{r['gather_sdpa_tb_s']} | {_flex(r)} | {r['contiguous_sdpa_tb_s']} | {r['copy_tb_s']} | "
+                     f"{_anchor(anchor, r)} |")
     lines += ["", "**Prefill with a cached prefix** (32 / 8 heads, head_dim 128, block 16), TFLOP/s over the visible "
               "query-key pairs:", "", "| batch | cached prefix | new tokens | Triton (ours) | FlexAttention | SDPA "
-              "(contiguous, causal bottom-right) |", "|---|---|---|---|---|---|"]
-    for p in (k["prefill"], k["ragged_prefill"]):
+              "(contiguous, causal bottom-right) | FlashInfer | ours in FlashInfer's run |",
+              "|---|---|---|---|---|---|---|---|"]
+    for p, fi in ((k["prefill"], anchor.get("prefill", {}).get("uniform")),
+                  (k["ragged_prefill"], anchor.get("prefill", {}).get("ragged"))):
         span = (lambda xs: str(xs[0]) if len(set(xs)) == 1 else f"{min(xs)}..{max(xs)}")  # noqa: E731
         sdpa = p["sdpa"].get("tflop_s", "— (one mask shape per batch)" if "error" in p["sdpa"] else "—")
+        fi_cells = "— | —" if fi is None else f"{fi['flashinfer_tflop_s']} | {fi['triton_tflop_s']}"
         lines.append(f"| {p['batch']} | {span(p['prefixes'])} | {span(p['news'])} | **{p['triton_tflop_s']}** | "
-                     f"{p['flex'].get('tflop_s', p['flex'].get('error'))} | {sdpa} |")
+                     f"{p['flex'].get('tflop_s', p['flex'].get('error'))} | {sdpa} | {fi_cells} |")
     s_ = k["store"]
     lines += ["", f"**store_kvcache** ({s_['tokens']} tokens into random slots): Triton **{s_['triton_gb_s']} GB/s**, "
               f"torch index_put {s_['torch_index_put_gb_s']} GB/s.", "", "| target | measured | |", "|---|---|---|"]
-    lines += [f"| {g['goal']} | {g['measured']} | {met(g['met'])} |" for g in k["goals"]]
+    lines += [f"| {g['goal']} | {g['measured']} | {met(g['met'])} |" for g in k["goals"] + anchor.get("goals", [])]
+    if anchor:
+        lines += ["", f"FlashInfer {anchor['flashinfer']} (JIT-compiled on the GPU machine) on the same tensors: "
+                  f"`{anchor['commands'][-1]}`, on {anchor['machine']['date']}. Its columns give its better decode "
+                  "kernel (CUDA cores or tensor cores, both in the JSON) and, beside it, the course's kernel timed in "
+                  "the same run; *eager* launches include FlashInfer's planning on the host."]
     return "\n".join(lines) + "\n"
 
 
@@ -216,9 +252,10 @@ def block(res: dict, engine: dict) -> str:
     """The README's results block: the kernels' tables, then the engine's, cascade attention's, the FP8 cache's,
     a verify step's."""
     cascade = cascade_report.tables(cascade_report.load())
-    fp8 = fp8_report.tables(fp8_report.load_gpu())
+    fp8 = fp8_report.tables(fp8_report.load_gpu(), fp8_report.load_ablation())
     verify = speculative_report.tables(speculative_report.load())
-    return tables(res) + "\n" + engine_report.tables(engine) + "\n" + cascade + "\n" + fp8 + "\n" + verify + "\n"
+    kernels, run = tables(res, load_anchor()), engine_report.tables(engine, fastest_copy(res))
+    return kernels + "\n" + run + "\n" + cascade + "\n" + fp8 + "\n" + verify + "\n"
 
 
 def sections() -> dict[tuple[str, str], str]:

@@ -8,6 +8,8 @@ reference, then writes JSON under step06_triton/results/ that report.py turns in
   (`python -m step06_triton.measure.cascade`);
 - `fp8.py` — an FP8 KV cache on the GPU: ragged decode and extend over an FP8 pool, and the capacity it buys
   (`python -m step06_triton.measure.fp8`);
+- `fp8_ablation.py` — where the FP8 decode's time goes: the kernel's scale arithmetic changed, variant by variant
+  (`python -m step06_triton.measure.fp8_ablation`);
 - `fp8_accuracy.py` — the FP8 cache's accuracy on the real model, on a CPU (`python -m course bench step06
   --workload fp8`, registered by step06_triton/bench.py);
 - `speculative.py` — the cost of a verify step against a decode step (`python -m step06_triton.measure.speculative`);

@@ -37,6 +37,39 @@ def load_gpu(path: Path = RESULTS / "h200_fp8.json") -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def load_ablation(path: Path = RESULTS / "h200_fp8_ablation.json") -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def best(rows: dict, pool: str, key: str) -> float:
+    """The best figure of a pool over the tiles a variant ran."""
+    return max(r[key] for name, r in rows.items() if name.split()[0] == pool)
+
+
+def ablation(ab: dict) -> list[str]:
+    """measure/fp8_ablation.py's table: each variant's best tile against the bf16 pool, decode and prefill."""
+    ref = ab["variants"]["kernel"]
+    heads = list(ref["decode"])
+    rows = []
+    for variant, v in ab["variants"].items():
+        if "error" in v:
+            rows.append([f"`{variant}`", f"failed: {v['error'][-200:]}"] + [""] * len(heads))
+            continue
+        cells = []
+        for h in heads:
+            tok = best(v["decode"][h], "fp8_token", "context_tokens_per_s")
+            cells.append(f"{tok:,} ({tok / ref['decode'][h]['bf16']['context_tokens_per_s']:.2f}x)")
+        pre = v["prefill"]
+        cells.append("-" if not pre else f"{best(pre, 'fp8_token', 'tflop_s')} "
+                     f"({best(pre, 'fp8_token', 'tflop_s') / best(ref['prefill'], 'bf16', 'tflop_s'):.2f}x)")
+        rows.append([f"`{variant}`"] + cells)
+    rows.append(["bf16 pool"] + [f"{ref['decode'][h]['bf16']['context_tokens_per_s']:,} (1x)" for h in heads]
+                + [f"{best(ref['prefill'], 'bf16', 'tflop_s')} (1x)"])
+    return table(["variant of `attend_tile`'s FP8 branch"] + [f"decode {h}, context tokens / s (vs bf16)"
+                                                            for h in heads]
+                 + ["prefill 4 x (4,096 + 2,048), TFLOP/s (vs bf16)"], rows)
+
+
 def identity_summary(runs: dict, engines: list[str]) -> dict:
     """The fp32 identity check from its engines' tokens (`identity_runs`: one part per engine, the torch path
     first): per engine, the requests whose greedy tokens equal the torch path's and the first token where each
@@ -49,8 +82,11 @@ def identity_summary(runs: dict, engines: list[str]) -> dict:
              if name != "torch"}
     missing = [name for name in engines if name not in tokens]
     same = {name: sum(f is None for f in fs) for name, fs in first.items()}
+    eager = tokens.get(engines[0])  # the kernels launched one at a time: what capture, overlap and cascade must keep
+    same_as_eager = {name: sum(x == y for x, y in zip(tokens[name], eager)) for name in engines[1:]
+                     if name in tokens and eager is not None}
     return dict(requests=len(ref), new_tokens=len(ref[0]), identical_requests_vs_torch=same,
-                first_divergence=first, missing=missing,
+                first_divergence=first, missing=missing, identical_requests_vs_eager_kernels=same_as_eager,
                 all_identical=not missing and all(n == len(ref) for n in same.values()))
 
 
@@ -77,6 +113,12 @@ def goals(res: dict) -> list[dict]:
         rows.append(dict(goal="fp32: the kernels' fp8 tokens = the torch path's, every engine",
                          measured=same + "".join(f", {name} not run" for name in ident["missing"]),
                          met=ident["all_identical"]))
+        kept = ident["identical_requests_vs_eager_kernels"]
+        if kept:
+            rows.append(dict(goal="fp32: CUDA graphs, overlap and cascade keep the eager kernels' fp8 tokens",
+                             measured=", ".join(f"{name} {n}/{ident['requests']}" for name, n in kept.items())
+                             + "".join(f", {name} not run" for name in ident["missing"]),
+                             met=not ident["missing"] and all(n == ident["requests"] for n in kept.values())))
     return rows
 
 
@@ -151,9 +193,9 @@ def section(acc: dict | None, gpu: dict | None) -> str:
     return "\n".join(lines)
 
 
-def tables(gpu: dict | None) -> str:
-    """The GPU's part of *Measured here*: decode, extend and store over bf16 and fp8 pools, the capacity workload,
-    the fp32 identity, the targets."""
+def tables(gpu: dict | None, ab: dict | None = None) -> str:
+    """The GPU's part of *Measured here*: decode, extend and store over bf16 and fp8 pools, the ablation of the
+    decode's FP8 branch (`ab`), the capacity workload, the fp32 identity, the targets."""
     lines = ["#### An FP8 KV cache", ""]
     if gpu is None:
         return "\n".join(lines + [f"No measurement committed yet: `{GPU_COMMAND}` on a GPU writes it.", ""])
@@ -188,6 +230,10 @@ def tables(gpu: dict | None) -> str:
         lines += ["**Prefill after an fp8 prefix** (32 / 8 heads x 128), TFLOP/s:", ""]
         lines += table(["batch", "sequences", "longest prefix", "most new tokens", "bf16 pool",
                         "fp8, per token and head", "fp8, static"], rows) + [""]
+    if ab is not None:
+        lines += [f"**Where the fp8 decode's time goes**, by ablation (`{ab['command']}`): every variant on the same "
+                  "tensors, its best tile; `no_scales` gives wrong answers and is timed only.", ""] + ablation(ab) + [
+                  "", f"Provenance: {ab['provenance']}", ""]
     store = ext.get("store")
     if store and "error" not in store:
         lines += [f"**store_kvcache**: bf16 {store['bf16']['gb_s']} GB/s; quantizing into fp8 "
@@ -206,14 +252,32 @@ def tables(gpu: dict | None) -> str:
                         "p99 latency (s)", "p99 TTFT (s)"], rows) + [""]
     if "torch" in gpu.get("identity_runs", {}):
         ident = identity_summary(gpu["identity_runs"], IDENTITY_ENGINES)
+        kept = ident["identical_requests_vs_eager_kernels"]
         rows = [[name, f"{same}/{ident['requests']}", ", ".join("-" if f is None else str(f)
-                                                                for f in ident["first_divergence"][name])]
+                                                                for f in ident["first_divergence"][name]),
+                 f"{kept[name]}/{ident['requests']}" if name in kept else "-"]
                 for name, same in ident["identical_requests_vs_torch"].items()]
         unfinished = f"; not finished in the run's time: {', '.join(ident['missing'])}" if ident["missing"] else ""
         lines += [f"**fp32, an fp8 pool, SmolLM2's shape** ({ident['requests']} requests of about 1,550 tokens behind "
                   f"a shared system prompt, {ident['new_tokens']} greedy tokens): the kernels' tokens against the "
-                  f"torch path's, request by request{unfinished}:", ""]
-        lines += table(["engine", "requests identical", "first differing token, per request"], rows) + [""]
+                  f"torch path's and against the eager kernels', request by request{unfinished}:", ""]
+        lines += table(["engine", "requests identical to the torch path's", "first differing token, per request",
+                        "identical to the eager kernels'"], rows) + [""]
+    pb = gpu.get("pool_bytes")
+    if pb and "error" not in pb:
+        layers = pb["layers"]
+        differ = [r for r in layers if r["bytes_differing"]]
+        first = differ[0] if differ else None
+        lines += [f"**Where the two paths part** (`--parts pool_bytes`): after one {pb['prompt_tokens']:,}-token "
+                  f"prefill in fp32, the torch path's fp8 pool against the kernels', {pb['bytes_written']:,} e4m3 "
+                  "bytes of K and V a layer: "
+                  + (f"layers 0..{first['layer'] - 1} hold the same bytes and scales; layer {first['layer']} differs "
+                     f"in {first['bytes_differing']:,} bytes, layer {layers[-1]['layer']} in "
+                     f"{layers[-1]['bytes_differing']:,} ({layers[-1]['bytes_differing'] / pb['bytes_written']:.1%})"
+                     if first else "every layer holds the same bytes and scales")
+                  + ". Each layer's input carries the last-bit differences of two correct attention computations "
+                  "(a different order of additions), and e4m3's 3-bit mantissa turns a few of them into a whole "
+                  "step; a random-weight model's near-flat logits then pick another token.", ""]
     rows = [[g["goal"], g["measured"], met(g["met"])] for g in goals(gpu)]  # judged on the data, not the run
     lines += table(["target", "measured", "verdict"], rows) + [""] if rows else []
     return "\n".join(lines)

@@ -101,6 +101,15 @@ def decode_batch(heads: str, lengths: list[int], block_size: int = 16, spare: fl
                 seq_lens=torch.tensor(lengths, dtype=torch.int32, device=DEVICE))
 
 
+def decode_table_rows() -> list[tuple[str, list[int], float, int]]:
+    """The decode rows of the chapter's kernel table, (heads, context lengths, pool spare, block size): the uniform
+    shapes with Llama's heads, the ragged batch with both, each in blocks of 16 and of 1."""
+    rows = [(LLAMA, [context] * batch, 1.0) for batch, context in UNIFORM_SHAPES]
+    rag = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
+    rows += [(heads, rag, 2.0) for heads in HEADS]
+    return [(heads, lengths, spare, block_size) for heads, lengths, spare in rows for block_size in (16, 1)]
+
+
 def ragged_decode_batch(heads: str, block_size: int = 16) -> dict:
     """The ragged batch an engine decodes (RAGGED: contexts drawn from 1..max_context), as `decode_batch`."""
     return decode_batch(heads, ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"]), block_size)
@@ -453,14 +462,10 @@ def run_kernels() -> dict:
     res: dict = dict(timing="median of CUDA-graph replays, L2 flushed before each (triton.testing.do_bench)",
                      ceilings=ceilings(), ragged=RAGGED, ragged_prefill_shape=RAGGED_PREFILL, decode=[], prefill=None,
                      ragged_prefill=None, store=None)
-    rows = [(LLAMA, [context] * batch, 1.0) for batch, context in UNIFORM_SHAPES]
-    rag = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
-    rows += [(heads, rag, 2.0) for heads in HEADS]
-    for heads, lengths, spare in rows:
-        for block_size in (16, 1):
-            res["decode"].append(bench_decode(heads, lengths, block_size, spare))
-            print("decode", json.dumps(res["decode"][-1]), flush=True)
-            torch.cuda.empty_cache()
+    for heads, lengths, spare, block_size in decode_table_rows():
+        res["decode"].append(bench_decode(heads, lengths, block_size, spare))
+        print("decode", json.dumps(res["decode"][-1]), flush=True)
+        torch.cuda.empty_cache()
     batch, prefix, new = PREFILL_SHAPE
     res["prefill"] = bench_prefill([prefix] * batch, [new] * batch)
     print("prefill", json.dumps(res["prefill"]), flush=True)

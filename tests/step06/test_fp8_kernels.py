@@ -172,6 +172,7 @@ def test_fp8_store_rejects_missing_or_misshapen_scales():
 
 
 # ---- decode, extend and cascade over the bytes and their scales ------------------------------------------------
+@pytest.mark.task("task6.online_softmax")  # the V scales weigh the values in the accumulation
 @pytest.mark.parametrize("scales", ["token", "head", "layer"])
 @pytest.mark.parametrize("block_size,group", [(1, 3), (16, 4)])
 def test_decode_and_extend_read_fp8_as_the_torch_path_dequantizes_it(scales, block_size, group):
@@ -253,3 +254,17 @@ def test_the_paths_store_the_same_bytes_but_where_rounding_meets_an_ulp():
         assert diff["scales_differing"] > rows, "later layers' rows should carry last-bit differences into scales"
         assert diff["largest_scale_difference"] < 1e-5, "scales a few ulps apart at most"
         assert diff["bytes_differing"] <= 0.01 * 2 * rows * model.config.head_dim, "bytes apart only at midpoints"
+
+
+def test_every_ablation_variant_patches_the_kernel_it_names(tmp_path):
+    """measure/fp8_ablation.py changes `attend_tile`'s FP8 branch by text: each variant must still find what it
+    replaces in the kernel (it raises otherwise) and leave Python that parses; only `kernel` is the kernel itself."""
+    import ast
+
+    from step06_triton.measure import fp8_ablation
+    kernel = (fp8_ablation.PACKAGE / "decode_attention.py").read_text()
+    for variant in fp8_ablation.VARIANTS:
+        source = (fp8_ablation.patched(variant, tmp_path / variant) / "step06_triton" / "decode_attention.py")
+        text = source.read_text()
+        ast.parse(text)
+        assert (text == kernel) == (variant == "kernel"), variant

@@ -28,7 +28,8 @@ def test_every_target_is_stated_with_its_measurement():
 
     res, e = report.load(), report.engine_report.load()
     goals = res["kernels"]["goals"] + engine.goals({k: v for k, v in e.items() if k in ("smollm2_135m",
-                                                                                       "llama_3_2_1b")})
+                                                                                       "llama_3_2_1b")},
+                                                   report.fastest_copy(res))
     goals += cascade.goals(cascade_report.load())
     assert len(goals) >= 9 + 10 + 4 and all(g["measured"] is not None for g in goals)
     assert e["identity_fp32"]["all_identical"], "fp32 tokens differ between the engines or the tiers on the GPU"
