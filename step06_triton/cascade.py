@@ -46,6 +46,7 @@ from .decode_attention import (
     merge_partials,
     num_kv_splits,
     store_partial,
+    values,
 )
 from .store_kvcache import kernel_scales
 
@@ -117,8 +118,8 @@ def _cascade_prefix_kernel(
                                     stride_bt_b, kv_head, tile, end, end, sm_scale_log2, True, False, H_KV,
                                     HEAD_DIM, BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT,
                                     SCALE_HEAD)
-    store_partial(mid_o_ptr, mid_lse_ptr, member * (H_KV * GROUP) + head, split, num_slots, m_i, l_i, acc, valid,
-                  HEAD_DIM)
+    store_partial(mid_o_ptr, mid_lse_ptr, member * (H_KV * GROUP) + head, split, num_slots, m_i, l_i,
+                  values(acc, k_cache_ptr), valid, HEAD_DIM)
 
 
 @dataclass(frozen=True)

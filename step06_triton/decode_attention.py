@@ -44,6 +44,10 @@ FILL_PER_SM = 4  # near-uniform batches: split only until there are this many pr
 MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
 MAX_SPLITS = 64  # the merge holds every split of a head in registers
 DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `measure/kernels.py --part sweep`
+# Over an FP8 pool the weights p_j s_j reach fp16 times this power of two (`attend_tile`, `values`): large enough
+# that a row whose largest value is 0.001 keeps fp16's full precision for every weight p_j above 0.03, small enough
+# that only values above 28,000 would overflow fp16.
+VALUE_SCALE = tl.constexpr(1024.0)
 DECODE_TILE_FP8 = {64: (128, 4), 128: (128, 4)}  # an FP8 pool: twice the keys per tile, the best of `measure/fp8.py`
 
 
@@ -92,13 +96,15 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
         # An FP8 pool, a scale per key. The products run in q's dtype, fp16 for this pool (`compute_q`): every
         # e4m3 value is exact in it. Both scales multiply a [rows, BLOCK_N] tile, never the [BLOCK_N, HEAD_DIM] one:
         # K's the scores (q . (s k) = s (q . k)), V's the weights p (sum_j p_j (s_j v_j) = sum_j (p_j s_j) v_j), so
-        # K and V go from the pool to the products with one conversion each. A weight p_j s_j under 6e-5 keeps
-        # fewer bits in fp16 (about five at 1e-6): a key of small weight, or a row whose largest value is under 0.03.
+        # K and V go from the pool to the products with one conversion each. The weights p_j s_j reach fp16 times
+        # VALUE_SCALE, a power of two that `values` divides out after the loop: a row's scale is its largest value
+        # / 448, and without it every weight of a row whose values stay under 0.03 would fall below fp16's normal
+        # range (6e-5) and keep fewer bits.
         scale_at = slot * SCALE_SLOT + kv_head * SCALE_HEAD
         s = dot(q, tl.trans(k.to(q.dtype)), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
         s = s * tl.load(k_scale_ptr + scale_at)[None, :]
         v = v.to(q.dtype)
-        v_weight = tl.load(v_scale_ptr + scale_at)
+        v_weight = tl.load(v_scale_ptr + scale_at) * VALUE_SCALE
     else:
         s = dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
         v_weight = tl.full([BLOCK_N], 1.0, tl.float32)  # a multiplication by 1 the compiler removes
@@ -119,6 +125,16 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     acc = dot((p * v_weight[None, :]).to(v.dtype), v, acc * alpha[:, None], IEEE)
     # END SOLUTION
     return m_new, l_i, acc
+
+
+@triton.jit
+def values(acc, k_cache_ptr):
+    """The accumulator in the values' own units, after the loop over key tiles: over an FP8 pool `attend_tile`
+    weighs V by its scales times VALUE_SCALE (exact: a power of two), divided out here once."""
+    out = acc
+    if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
+        out = acc * (1.0 / VALUE_SCALE)
+    return out
 
 
 @triton.jit
@@ -223,6 +239,7 @@ def _decode_split_kernel(
         m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, stride_bt_b,
                                     kv_head, tile, seq_len, end, sm_scale_log2, True, False, H_KV, HEAD_DIM,
                                     BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT, SCALE_HEAD)
+    acc = values(acc, k_cache_ptr)
 
     # 4. A sequence of one split and no earlier slot: the output itself (a context of 0 tokens gives 0, not NaN).
     # Otherwise the split's normalised output and its log2-sum-exp2 (every split has keys), for the merge.

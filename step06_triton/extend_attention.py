@@ -30,7 +30,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode_attention import LOG2E, Partials, _sm_count, attend_tile, compute_q, merge_partials, store_partial
+from .decode_attention import (
+    LOG2E,
+    Partials,
+    _sm_count,
+    attend_tile,
+    compute_q,
+    merge_partials,
+    store_partial,
+    values,
+)
 from .store_kvcache import kernel_scales
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages), the best of `bench.py --part sweep` on an H200. 128-row tiles reuse
@@ -114,6 +123,7 @@ def _extend_kernel(
                                          BLOCK_SIZE, BLOCK_N, IEEE, k_scale_ptr, v_scale_ptr, SCALE_SLOT,
                                          SCALE_HEAD)
 
+    acc = values(acc, k_cache_ptr)
     if num_splits == 1:
         out = acc / l_i[:, None]  # every real row sees at least key 0, so l_i > 0
         tl.store(o_ptr + flat[:, None] * stride_o_t + head * HEAD_DIM + dims[None, :],

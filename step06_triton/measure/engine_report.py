@@ -96,7 +96,7 @@ def tables(e: dict, copy_tb_s: float | None = None) -> str:
     lines += decode_rows(e, copy_tb_s)
     if copy_tb_s:
         lines += ["", f"The floors are set at {copy_tb_s} TB/s, the fastest device copy of the kernel runs above on "
-                  "this card, where a run's own probe read slower (its floor in brackets): a floor from a slow probe "
+                  "an H200, where a run's own probe read slower (its floor in brackets): a floor from a slow probe "
                   "would flatter the step held against it."]
     lines += ["", "![host and GPU per decode step, synchronous and overlapped](results/timeline.svg)", ""]
     long = s.get("long", {})

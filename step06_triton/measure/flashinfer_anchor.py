@@ -14,7 +14,8 @@ machine's nvcc (about two minutes on an H200). Bring its wheels and install them
   cores, which SGLang and vLLM choose for grouped heads): the better is the anchor. Two ways to launch, each for
   both: replayed from a CUDA graph (FlashInfer's wrapper built for graphs, planned once), and eager as an engine
   launches a step, planning included (FlashInfer plans on the host; the course's kernel plans on the device), with
-  the course's merge slots allocated once as an engine does.
+  the course's merge slots allocated once as an engine does. An engine plans FlashInfer once per step and reuses
+  the plan for every layer, so the eager figures, a plan per call, bound the course's lead from above.
 - `prefill`: prefill after a cached prefix, (4 x (4,096 cached + 2,048 new)) and the ragged prefill of
   measure/kernels.py, 32/8 x 128: `BatchPrefillWithPagedKVCacheWrapper`, causal (the mask aligned to the end of
   each context), against the course's extend kernel, TFLOP/s over the visible query-key pairs, graph replays.

@@ -26,18 +26,18 @@ import tempfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1]
-KERNEL_V = ("        v = v.to(q.dtype)\n        v_weight = tl.load(v_scale_ptr + scale_at)\n")
+KERNEL_V = ("        v = v.to(q.dtype)\n        v_weight = tl.load(v_scale_ptr + scale_at) * VALUE_SCALE\n")
 VARIANTS = {
     "kernel": [],
     "scales_on_v_tile": [(KERNEL_V, "        v = v.to(q.dtype) * tl.load(v_scale_ptr + scale_at).to(q.dtype)[:, None]\n"
-                                    "        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)\n")],
+                                    "        v_weight = tl.full([BLOCK_N], VALUE_SCALE, tl.float32)\n")],
     "normalised_weights": [
-        (KERNEL_V, "        v = v.to(q.dtype)\n        v_weight = tl.load(v_scale_ptr + scale_at)\n"
-                   "        v_max = tl.max(v_weight, 0)\n        v_weight = v_weight / v_max\n"),
+        (KERNEL_V, KERNEL_V + "        v_max = tl.max(v_weight, 0)\n        v_weight = v_weight / v_max\n"),
         ("        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)  # a multiplication by 1 the compiler removes\n",
          "        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)\n        v_max = 1.0\n"),
         ("acc * alpha[:, None], IEEE)", "acc * (alpha / v_max)[:, None], IEEE) * v_max")],
-    "no_scales": [(KERNEL_V, "        v = v.to(q.dtype)\n        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)\n"),
+    "no_scales": [(KERNEL_V, "        v = v.to(q.dtype)\n"
+                             "        v_weight = tl.full([BLOCK_N], VALUE_SCALE, tl.float32)\n"),
                   ("        s = s * tl.load(k_scale_ptr + scale_at)[None, :]\n", "")],
 }
 DECODE_TILES = {"fp8_token": [(128, 4), (64, 4), (128, 2), (64, 2), (256, 8)], "fp8_static": [(128, 4), (64, 4)]}

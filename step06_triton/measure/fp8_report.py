@@ -114,10 +114,10 @@ def goals(res: dict) -> list[dict]:
                          measured=same + "".join(f", {name} not run" for name in ident["missing"]),
                          met=ident["all_identical"]))
         kept = ident["identical_requests_vs_eager_kernels"]
-        if kept:
+        if kept or (IDENTITY_ENGINES[0] in ident["missing"] and len(ident["missing"]) < len(IDENTITY_ENGINES)):
             rows.append(dict(goal="fp32: CUDA graphs, overlap and cascade keep the eager kernels' fp8 tokens",
-                             measured=", ".join(f"{name} {n}/{ident['requests']}" for name, n in kept.items())
-                             + "".join(f", {name} not run" for name in ident["missing"]),
+                             measured=", ".join([f"{name} {n}/{ident['requests']}" for name, n in kept.items()]
+                                                + [f"{name} not run" for name in ident["missing"]]),
                              met=not ident["missing"] and all(n == ident["requests"] for n in kept.values())))
     return rows
 
@@ -201,7 +201,8 @@ def tables(gpu: dict | None, ab: dict | None = None) -> str:
         return "\n".join(lines + [f"No measurement committed yet: `{GPU_COMMAND}` on a GPU writes it.", ""])
     m = gpu["machine"]
     lines += [f"Measured on {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, Triton {m['triton']}, by "
-              + ", then ".join(f"`{c}`" for c in gpu["commands"]) + ".", ""]
+              + ", then ".join(f"`{c}`" for c in gpu["commands"]) + "."
+              + (f" Merged: {gpu['merge_note']}." if "merge_note" in gpu else ""), ""]
     rows = []
     for heads, r in gpu.get("decode", {}).items():
         if "error" in r:
@@ -231,9 +232,9 @@ def tables(gpu: dict | None, ab: dict | None = None) -> str:
         lines += table(["batch", "sequences", "longest prefix", "most new tokens", "bf16 pool",
                         "fp8, per token and head", "fp8, static"], rows) + [""]
     if ab is not None:
-        lines += [f"**Where the fp8 decode's time goes**, by ablation (`{ab['command']}`): every variant on the same "
-                  "tensors, its best tile; `no_scales` gives wrong answers and is timed only.", ""] + ablation(ab) + [
-                  "", f"Provenance: {ab['provenance']}", ""]
+        lines += [f"**Where the fp8 decode's time goes**, by ablation (`{ab['command']}` measures it): every variant "
+                  "on the same tensors, its best tile; `no_scales` gives wrong answers and is timed only.", ""] + \
+            ablation(ab) + ["", f"Provenance: {ab['provenance']}.", ""]
     store = ext.get("store")
     if store and "error" not in store:
         lines += [f"**store_kvcache**: bf16 {store['bf16']['gb_s']} GB/s; quantizing into fp8 "
@@ -266,18 +267,22 @@ def tables(gpu: dict | None, ab: dict | None = None) -> str:
     pb = gpu.get("pool_bytes")
     if pb and "error" not in pb:
         layers = pb["layers"]
-        differ = [r for r in layers if r["bytes_differing"]]
-        first = differ[0] if differ else None
+        first = next((r for r in layers if r["bytes_differing"]), None)
+        if first is None:
+            parted = "every layer holds the same bytes and scales"
+        else:
+            same = {0: "", 1: "layer 0 holds the same bytes and scales; "}.get(
+                first["layer"], f"layers 0..{first['layer'] - 1} hold the same bytes and scales; ")
+            last = layers[-1]
+            share = last["bytes_differing"] / pb["bytes_written"]
+            parted = (f"{same}layer {first['layer']} differs in {first['bytes_differing']:,} bytes, layer "
+                      f"{last['layer']} in {last['bytes_differing']:,} ({share:.1%})")
         lines += [f"**Where the two paths part** (`--parts pool_bytes`): after one {pb['prompt_tokens']:,}-token "
                   f"prefill in fp32, the torch path's fp8 pool against the kernels', {pb['bytes_written']:,} e4m3 "
-                  "bytes of K and V a layer: "
-                  + (f"layers 0..{first['layer'] - 1} hold the same bytes and scales; layer {first['layer']} differs "
-                     f"in {first['bytes_differing']:,} bytes, layer {layers[-1]['layer']} in "
-                     f"{layers[-1]['bytes_differing']:,} ({layers[-1]['bytes_differing'] / pb['bytes_written']:.1%})"
-                     if first else "every layer holds the same bytes and scales")
-                  + ". Each layer's input carries the last-bit differences of two correct attention computations "
-                  "(a different order of additions), and e4m3's 3-bit mantissa turns a few of them into a whole "
-                  "step; a random-weight model's near-flat logits then pick another token.", ""]
+                  f"bytes of K and V a layer: {parted}. Each layer's input carries the last-bit differences of two "
+                  "correct attention computations (a different order of additions), and e4m3's 3-bit mantissa turns a "
+                  "few of them into a whole step; a random-weight model's near-flat logits then pick another token.",
+                  ""]
     rows = [[g["goal"], g["measured"], met(g["met"])] for g in goals(gpu)]  # judged on the data, not the run
     lines += table(["target", "measured", "verdict"], rows) + [""] if rows else []
     return "\n".join(lines)

@@ -727,7 +727,7 @@ def test_step06_q7_the_two_loops_from_their_parts():
          f"{overlap['decode_wall_ms']} ms over {overlap['decode_steps']} steps",
          f"**{overlap['decode_wall_ms'] / overlap['decode_steps']:.2f} ms**",
          f"{d['gpu_us_per_step']} µs against a floor of {floor_us(d, fastest)} µs",
-         f"at the fastest copy the kernel runs made on this card, {fastest} TB/s",
+         f"at the fastest copy the kernel runs made on an H200, {fastest} TB/s",
          f"{big['gpu_us_per_step']} µs against a floor of {floor_us(big, fastest)} µs",
          f"{d['kernels_per_step']} kernels at **{per_kernel:.1f} µs**",
          f"**{floor_us(d, fastest) / per_kernel:.0f} kernels**", f"this run's own probe read {d['copy_tb_s']:.1f}")

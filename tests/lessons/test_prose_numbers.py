@@ -927,6 +927,7 @@ def test_step06_fp8():
     assert 1.0 < big["fp8_token"]["tokens_vs_bf16"] < float(wanted), "they gain, but less than the bytes promise"
     # the ablation: each variant's best tile against the bf16 pool
     from step06_triton.measure import fp8_report
+    from step06_triton.measure.kernels import HEADS
     ab = fp8_report.load_ablation()
     ref = ab["variants"]["kernel"]
     ratio = lambda v, pool="fp8_token": fp8_report.best(ab["variants"][v]["decode"]["32/8x128"], pool,  # noqa: E731
@@ -938,6 +939,16 @@ def test_step06_fp8():
          f"the kernel reads {ratio('kernel'):.2f}x", f"it would read {ratio('no_scales'):.2f}x",
          f"Prefill pays more ({pre('kernel'):.2f}x, {pre('no_scales'):.2f}x without scales)")
     assert ratio("scales_on_v_tile") < ratio("kernel") < ratio("no_scales"), "the lesson orders the three so"
+    shipped = ab["variants"]["scales_on_v_tile"]["decode"]["32/8x128"][
+        f"fp8_token {decode_attention.DECODE_TILE_FP8[128][0]}x{decode_attention.DECODE_TILE_FP8[128][1]}"]
+    small = lambda v: fp8_report.best(ab["variants"][v]["decode"]["9/3x64"], "fp8_token",  # noqa: E731
+                                      "context_tokens_per_s") / ref["decode"]["9/3x64"]["bf16"]["context_tokens_per_s"]
+    says(path, f"({shipped['context_tokens_per_s'] / ref['decode']['32/8x128']['bf16']['context_tokens_per_s']:.2f}x "
+               f"on the {decode_attention.DECODE_TILE_FP8[128][0]}-key tile it shipped with)",
+         "with SmolLM2's {} / {} × {} they still cost a tenth".format(*HEADS["9/3x64"]),
+         f"they still cost a tenth: {small('kernel'):.2f}x against {small('no_scales'):.2f}x",
+         f"the weights now reach fp16 times {decode_attention.VALUE_SCALE.value:,.0f}")
+    assert 0.05 < 1 - small("kernel") / small("no_scales") < 0.15, "the lesson says a tenth"
     # the Nsight Compute profile: bf16, fp8 per token, fp8 static, in the order measure/fp8.py --ncu runs them
     ncu = (REPO_ROOT / "step06_triton" / "results" / "h200_ncu_fp8_decode.txt").read_text()
     grab = lambda pattern: [float(x.replace(",", "")) for x in re.findall(pattern, ncu)]  # noqa: E731

@@ -200,6 +200,27 @@ def test_fp16_queries_over_an_fp8_pool():
     assert_close(out, reference_decode(pool, q), torch.float16)
 
 
+@pytest.mark.parametrize("amax", [3.0, 0.1, 0.01, 0.001])
+def test_fp16_weights_keep_their_bits_when_v_is_small(amax):
+    """The V scales weigh the softmax weights in fp16 (p_j s_j): with rows of small values (s_j = amax / 448) and a
+    peaked softmax, most weights are tiny, and a weight under fp16's normal range (6e-5) would keep few bits. The
+    kernel carries the weights scaled by a power of two, so that the output stays as close to the torch path's as
+    the fp16 products allow, whatever the rows' size."""
+    pool = FP8Pool([700, 1500], 16, num_kv_heads=1, head_dim=64, seed=5)
+    g = torch.Generator().manual_seed(1)
+    v = torch.randn(pool.v.shape, generator=g).to(DEVICE)
+    v = v / v.abs().amax(-1, keepdim=True) * amax  # every head row's largest value is amax
+    pool.v_scale = token_scales(v).contiguous()
+    pool.v8 = quantize(v, pool.v_scale)
+    pool.v = dequantize(pool.v8, pool.v_scale, torch.float32)
+    q = (torch.randn(2, 4, 64, generator=g) * 4).to(DEVICE).half()  # peaked scores: most weights far below 1
+    out = paged_decode_attention(q, pool.k8, pool.v8, pool.block_table, pool.seq_lens, 4, kv_scales=pool.scales,
+                                 **SPLIT_ALL)
+    ref = reference_decode(pool, q.float())
+    err = float((out.double() - ref.double()).norm() / ref.double().norm())
+    assert err < 1e-3, f"relative error {err:.1e} with rows of amax {amax}"
+
+
 def test_cascade_reads_an_fp8_prefix_once_as_plain_decode_reads_it():
     lengths = [23, 30, 18]
     pool = FP8Pool(lengths, 4, num_kv_heads=1, head_dim=64, seed=2)
