@@ -12,8 +12,8 @@ overlapped engine removes, by overriding `step`).
 
 With `num_speculative_tokens` = k > 0 a decode runs its pending token and up to k drafts (ngram_proposer.py) in the
 same step, and `_verify` takes the place of `_sample`, `_advance` and `_append`: it keeps the drafts the model
-agrees with (speculative.py), advances rolling the sequence back over the others before the cache manager hears of
-the step, appends, and proposes the next drafts. With k = 0 none of it runs.
+agrees with (speculative.py), rolls each sequence back over its rejected drafts as it advances it (before the cache
+manager hears of the step), appends, and proposes the next drafts. With k = 0 none of it runs.
 """
 from __future__ import annotations
 

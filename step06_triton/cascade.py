@@ -101,7 +101,7 @@ def _cascade_prefix_kernel(
     dims = tl.arange(0, HEAD_DIM)
     q = tl.load(q_ptr + member[:, None].to(tl.int64) * stride_q_b + head[:, None] * HEAD_DIM + dims[None, :],
                 mask=valid[:, None], other=0.0)
-    q = compute_q(q, k_cache_ptr, IEEE)
+    q = compute_q(q, k_cache_ptr)
     leader = tl.load(group_leader_ptr + g)  # every member's table starts with the prefix: read one of them
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)

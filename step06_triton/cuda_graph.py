@@ -8,7 +8,8 @@ step's inputs into the buffers and pad: padding rows store nowhere (slot -1), an
 The graph reads the engine's persistent block table in place (the step's `rows` pick its rows inside the graph).
 
 Two kinds of graphs:
-- **decode**, one per padded batch size and split axis: every row is one sequence's next token; the graph also
+- **decode**, one per padded batch size and split axis (plain decode attention, and with `cascade_min_seqs` also
+  cascade attention): every row is one sequence's next token; the graph also
   computes the LM head, so a replayed decode step hands back every row's logits. The attention's grid is frozen
   too, so each batch size is captured with a few split axes (`split_buckets`: 1, 4, 16 ... splits per sequence)
   and a step replays the smallest that holds its longest context: a batch of short contexts launches no idle
@@ -80,14 +81,14 @@ class CUDAGraphRunner(ModelRunner):
         self.logits = torch.zeros(self.max_batch, cfg.vocab_size, dtype=dtype, device=dev)
         self.decode_sizes = [b for b in BATCH_SIZES if b < self.max_batch] + [self.max_batch]
         self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
-        self.split_buckets = split_buckets(cfg.max_position_embeddings)
-        kinds = [("decode", b, s) for b in reversed(self.decode_sizes) for s in self.split_buckets]
+        self.split_axes = split_buckets(cfg.max_position_embeddings)
+        kinds = [("decode", b, s) for b in reversed(self.decode_sizes) for s in self.split_axes]
         kinds += [("extend", t, 0) for t in self.extend_sizes]
         self.cascades: dict[tuple[int, int], CascadeMetadata] = {}  # (batch, split axis) -> its graph's work lists
         if cascade_min_seqs:
             heads, kv_heads = cfg.num_heads, cfg.num_kv_heads
             for b in self.decode_sizes:
-                for s in self.split_buckets if b >= cascade_min_seqs else ():
+                for s in self.split_axes if b >= cascade_min_seqs else ():
                     grid = CascadeGrid.for_batch(b, heads // kv_heads, cascade_min_seqs, cfg.head_dim, splits=s)
                     self.cascades[b, s] = CascadeMetadata.build([], [1] * b, heads, kv_heads, cfg.head_dim, dev,
                                                                 grid=grid)
@@ -130,10 +131,10 @@ class CUDAGraphRunner(ModelRunner):
             size = next(b for b in self.decode_sizes if b >= n)
             if isinstance(batch, CascadeBatch) and batch.cascade:
                 suffix = cascade_suffix_lens(batch.cascade, batch.context_lens)
-                splits = split_bucket(self.split_buckets, int(suffix.max()))
+                splits = split_bucket(self.split_axes, int(suffix.max()))
                 if (size, splits) in self.cascades:
                     return "cascade", size, splits
-            return "decode", size, split_bucket(self.split_buckets, batch.max_seq_len)
+            return "decode", size, split_bucket(self.split_axes, batch.max_seq_len)
         if batch.num_seqs == 1 and n <= self.max_extend:
             size = next(t for t in self.extend_sizes if t >= n)
             if batch.max_seq_len + size - n <= self.model.config.max_position_embeddings:

@@ -34,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from step02_paged import fp8_pool
 from step02_paged.geometry import cdiv
 
 from .store_kvcache import kernel_scales
@@ -107,7 +108,7 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
         v_weight = tl.load(v_scale_ptr + scale_at) * VALUE_SCALE
     else:
         s = dot(q, tl.trans(k), tl.zeros([q.shape[0], BLOCK_N], tl.float32), IEEE)
-        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)  # a multiplication by 1 the compiler removes
+        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)  # weighs by 1: a multiply the compiler removes
     if MASK_TAIL:
         s = tl.where(in_seq[None, :], s, float("-inf"))
     if CAUSAL:
@@ -138,7 +139,7 @@ def values(acc, k_cache_ptr):
 
 
 @triton.jit
-def compute_q(q, k_cache_ptr, IEEE: tl.constexpr):
+def compute_q(q, k_cache_ptr):
     """The query rows in the dtype the products run in: q's own, but fp16 over an FP8 pool (fp32 stays fp32). The
     GPU converts two e4m3 bytes into two fp16 in one instruction, where bf16 takes a detour through fp32, and fp16
     holds every e4m3 value exactly. A bf16 q keeps its value in fp16 between 6e-5 and 65,504, where a trained
@@ -146,7 +147,7 @@ def compute_q(q, k_cache_ptr, IEEE: tl.constexpr):
     tiles."""
     out = q
     if k_cache_ptr.dtype.element_ty == tl.float8e4nv:
-        if not IEEE:
+        if q.dtype != tl.float32:
             out = q.to(tl.float16)
     return out
 
@@ -230,7 +231,7 @@ def _decode_split_kernel(
     dims = tl.arange(0, HEAD_DIM)
     q = tl.load(q_ptr + b * stride_q_b + heads[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < GROUP,
                 other=0.0)
-    q = compute_q(q, k_cache_ptr, IEEE)
+    q = compute_q(q, k_cache_ptr)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)  # running max of the scores (log2 domain)
     l_i = tl.zeros([GROUP_PAD], tl.float32)  # running sum of exp2(score - m_i)
@@ -390,7 +391,7 @@ def decode_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     suffix = kv_start is not None
     k_scale, v_scale, scale_slot, scale_head = kernel_scales(k_cache, kv_scales)
     sms = num_sms or _sm_count(q.device)
-    tile_n, warps = (DECODE_TILE_FP8 if k_cache.dtype == torch.float8_e4m3fn else DECODE_TILE).get(D, (64, 4))
+    tile_n, warps = (DECODE_TILE_FP8 if k_cache.dtype == fp8_pool.FP8 else DECODE_TILE).get(D, (64, 4))
     group = Hq // Hkv
     _decode_split_kernel[(Hkv, B, max_splits)](
         q, k_cache, v_cache, k_scale, v_scale, block_table, seq_lens, kv_start if suffix else seq_lens,
@@ -422,7 +423,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     in a CUDA graph and replayed with other `seq_lens`. `partials` (at least `max_splits` slots) lets a caller
     reuse one buffer for every layer of a step instead of allocating one per launch. `tuning` (`decode_splits`'s
     keywords): `num_sms` (default: the device's) and `min_split_len` set the rule; the tile and warp defaults
-    (`DECODE_TILE`) are the best of `measure/kernels.py --part sweep` on an H200; `kv_scales`, a float8_e4m3fn
+    (`DECODE_TILE`; `DECODE_TILE_FP8` over an FP8 pool, from `measure/fp8.py`) are the best of
+    `measure/kernels.py --part sweep` on an H200; `kv_scales`, a float8_e4m3fn
     pool's scales of the layer."""
     out = check_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, out)
     if max_splits is None:

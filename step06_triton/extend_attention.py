@@ -92,7 +92,7 @@ def _extend_kernel(
     flat = (q_start + rows).to(tl.int64)
     q = tl.load(q_ptr + flat[:, None] * stride_q_t + head * HEAD_DIM + dims[None, :], mask=row_ok[:, None],
                 other=0.0)
-    q = compute_q(q, k_cache_ptr, IEEE)
+    q = compute_q(q, k_cache_ptr)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)

@@ -139,7 +139,8 @@ def goals(res: dict) -> list[dict]:
                                  measured=r[f"{mode}_vs_flashinfer"], met=r[f"{mode}_vs_flashinfer"] >= 1.0))
     pre = res.get("prefill", {}).get("uniform", {})
     if "vs_flashinfer" in pre:
-        rows.append(dict(goal="prefill 4 x (4,096 cached + 2,048 new), 32/8 x 128: >= FlashInfer's TFLOP/s",
+        shape = "{} x ({:,} cached + {:,} new), ".format(*kernels.PREFILL_SHAPE) + kernels.LLAMA.replace("x", " x ")
+        rows.append(dict(goal=f"prefill {shape}: >= FlashInfer's TFLOP/s",
                          measured=pre["vs_flashinfer"], met=pre["vs_flashinfer"] >= 1.0))
     return rows
 

@@ -50,6 +50,7 @@ from .kernels import (
     check_prefill,
     decode_reference,
     extend_inputs,
+    kv_bytes,
     ragged_decode_batch,
     ragged_prefill_shape,
 )
@@ -68,13 +69,6 @@ def fp8_pools(k: torch.Tensor, v: torch.Tensor) -> dict[str, tuple]:
         k8, v8 = quantize(k, ks), quantize(v, vs)
         out[name] = (k8, v8, (ks, vs), dequantize(k8, ks, torch.float32), dequantize(v8, vs, torch.float32))
     return out
-
-
-def kv_bytes(tokens: int, hkv: int, d: int, pool: str) -> int:
-    """K/V bytes a decode reads for `tokens` tokens of context: 2 bytes per element in bf16, 1 in fp8, plus 4 per
-    token and head for the scales of the per-token pool."""
-    per_row = {"bf16": 2 * d, "fp8_token": d + 4, "fp8_static": d}[pool]
-    return 2 * tokens * hkv * per_row
 
 
 def decode_rows(heads: str) -> dict:

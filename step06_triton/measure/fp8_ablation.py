@@ -33,8 +33,8 @@ VARIANTS = {
                                     "        v_weight = tl.full([BLOCK_N], VALUE_SCALE, tl.float32)\n")],
     "normalised_weights": [
         (KERNEL_V, KERNEL_V + "        v_max = tl.max(v_weight, 0)\n        v_weight = v_weight / v_max\n"),
-        ("        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)  # a multiplication by 1 the compiler removes\n",
-         "        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)\n        v_max = 1.0\n"),
+        ("        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)",
+         "        v_max = 1.0\n        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)"),
         ("acc * alpha[:, None], IEEE)", "acc * (alpha / v_max)[:, None], IEEE) * v_max")],
     "no_scales": [(KERNEL_V, "        v = v.to(q.dtype)\n"
                              "        v_weight = tl.full([BLOCK_N], VALUE_SCALE, tl.float32)\n"),
@@ -61,14 +61,14 @@ def measure(variant: str) -> dict:
     """In the variant's own process: the decode and prefill rows."""
     from step06_triton import decode_attention, extend_attention
 
+    from . import kernels
     from .common import checked, median_ms
-    from .fp8 import fp8_pools, kv_bytes
-    from .kernels import HEADS, PREFILL_SHAPE, check_prefill, decode_reference, extend_inputs, ragged_decode_batch
+    from .fp8 import fp8_pools
     check = variant != "no_scales"
     out: dict = dict(decode={}, prefill={}, source=decode_attention.__file__)
-    for heads in HEADS:
-        _, hkv, d = HEADS[heads]
-        x = ragged_decode_batch(heads, 16)
+    for heads in kernels.HEADS:
+        _, hkv, d = kernels.HEADS[heads]
+        x = kernels.ragged_decode_batch(heads, 16)
         lengths, tokens = x["lengths"], sum(x["lengths"])
         rows = out["decode"][heads] = {}
         for pool, (kc, vc, scales, kf, vf) in fp8_pools(x["k"], x["v"]).items():
@@ -78,15 +78,15 @@ def measure(variant: str) -> dict:
                 run = functools.partial(decode_attention.paged_decode_attention, x["q"], kc, vc, x["table"],
                                         x["seq_lens"], decode_attention.num_kv_splits(max(lengths)),
                                         kv_scales=scales, **launch)
-                err = checked(run(), decode_reference(x["q"], kf, vf, x["table"], lengths, 16),
+                err = checked(run(), kernels.decode_reference(x["q"], kf, vf, x["table"], lengths, 16),
                               f"{variant} {heads} {pool}") if check else None
                 ms = median_ms(run)
                 name = pool if tile is None else f"{pool} {tile[0]}x{tile[1]}"
                 rows[name] = dict(rel_err=err, ms=round(ms, 4), context_tokens_per_s=round(tokens / ms * 1e3),
-                                  tb_s=round(kv_bytes(tokens, hkv, d, pool) / ms / 1e9, 3))
+                                  tb_s=round(kernels.kv_bytes(tokens, hkv, d, pool) / ms / 1e9, 3))
                 print(variant, heads, name, rows[name], flush=True)
-    batch, prefix, new = PREFILL_SHAPE
-    x = extend_inputs([prefix] * batch, [new] * batch, 16)
+    batch, prefix, new = kernels.PREFILL_SHAPE
+    x = kernels.extend_inputs([prefix] * batch, [new] * batch, 16)
     for pool, (kc, vc, scales, kf, vf) in fp8_pools(x["k"], x["v"]).items():
         if pool == "fp8_static" or (pool == "bf16" and variant != "kernel") or variant == "normalised_weights":
             continue
@@ -94,7 +94,7 @@ def measure(variant: str) -> dict:
             run = functools.partial(extend_attention.extend_attention, x["q"], kc, vc, x["table"], x["qsl"],
                                     x["seq_lens"], new, kv_scales=scales, block_m=bm, block_n=bn, num_warps=warps,
                                     num_stages=stages)
-            err = check_prefill(run(), x, kf, vf, f"{variant} prefill {pool}", 16) if check else None
+            err = kernels.check_prefill(run(), x, kf, vf, f"{variant} prefill {pool}", 16) if check else None
             name = f"{pool} {bm}x{bn} {warps}w {stages}s"
             out["prefill"][name] = dict(rel_err=err, tflop_s=round(x["flops"] / median_ms(run) / 1e9, 1))
             print(variant, "prefill", name, out["prefill"][name], flush=True)

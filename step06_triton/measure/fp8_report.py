@@ -13,6 +13,7 @@ from course.report import fmt, met, provenance, table
 from step02_paged.geometry import cdiv
 
 from .fp8_accuracy import first_divergence
+from .kernels import PREFILL_SHAPE
 
 RESULTS = Path(__file__).parent.parent / "results"
 GPU_COMMAND = "python -m step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json"
@@ -67,7 +68,7 @@ def ablation(ab: dict) -> list[str]:
                 + [f"{best(ref['prefill'], 'bf16', 'tflop_s')} (1x)"])
     return table(["variant of `attend_tile`'s FP8 branch"] + [f"decode {h}, context tokens / s (vs bf16)"
                                                             for h in heads]
-                 + ["prefill 4 x (4,096 + 2,048), TFLOP/s (vs bf16)"], rows)
+                 + ["prefill {} x ({:,} + {:,}), TFLOP/s (vs bf16)".format(*PREFILL_SHAPE)], rows)
 
 
 def identity_summary(runs: dict, engines: list[str]) -> dict:

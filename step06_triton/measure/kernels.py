@@ -90,6 +90,13 @@ def paged_pool(lengths: list[int], block_size: int, heads: int, dim: int, spare:
     return k, v, table
 
 
+def kv_bytes(tokens: int, hkv: int, d: int, pool: str) -> int:
+    """K/V bytes a decode reads for `tokens` tokens of context: 2 bytes per element in bf16, 1 in fp8, plus 4 per
+    token and head for the scales of the per-token pool."""
+    per_row = {"bf16": 2 * d, "fp8_token": d + 4, "fp8_static": d}[pool]
+    return 2 * tokens * hkv * per_row
+
+
 def decode_batch(heads: str, lengths: list[int], block_size: int = 16, spare: float = 2.0) -> dict:
     """A decode batch with `heads` over contexts of `lengths`: a bf16 pool `spare` times the size needed with each
     sequence's blocks scattered (`paged_pool`), the block tables, one bf16 query per sequence, the lengths on the
@@ -97,7 +104,8 @@ def decode_batch(heads: str, lengths: list[int], block_size: int = 16, spare: fl
     hq, hkv, d = HEADS[heads]
     k, v, table = paged_pool(lengths, block_size, hkv, d, spare)
     q = torch.randn(len(lengths), hq, d, dtype=torch.bfloat16, device=DEVICE)
-    return dict(lengths=lengths, k=k, v=v, table=table, q=q, bytes=2 * sum(lengths) * hkv * d * 2 + 2 * q.nbytes,
+    nbytes = kv_bytes(sum(lengths), hkv, d, "bf16") + 2 * q.nbytes
+    return dict(lengths=lengths, k=k, v=v, table=table, q=q, bytes=nbytes,
                 seq_lens=torch.tensor(lengths, dtype=torch.int32, device=DEVICE))
 
 

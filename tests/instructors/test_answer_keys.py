@@ -10,6 +10,7 @@ list with its reason. Instructors only: the student release leaves this folder a
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import math
 import re
@@ -27,6 +28,8 @@ from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
 from step02_paged.geometry import PoolGeometry, cdiv
+from step06_triton import report as step06_report
+from step06_triton.measure import engine_report
 
 KEYS = REPO_ROOT / "instructors" / "answers"
 pytestmark = pytest.mark.skipif(not KEYS.is_dir(), reason="the answer keys are not part of a student release")
@@ -112,16 +115,10 @@ def _smollm2():
     return config_from_gguf(reader), sum(int(t.n_elements) for t in reader.tensors)
 
 
-def _h200() -> dict:
-    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200.json").read_text())
-
 
 def _h200_sweep() -> dict:
     return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_sweep.json").read_text())["sweep"]
 
-
-def _h200_engine() -> dict:
-    return json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_engine.json").read_text())
 
 
 def _figures(chapter: str, workload: str) -> dict:
@@ -416,7 +413,7 @@ def test_step03_q6_hashing_against_prefill():
     builtin = 2000 * run["hash_builtin_us_per_token"] / 1000
     ratio = run["ttft_cold_off_s"] * 1000 / sha
     gpu_prompt, _ = _long_on_the_gpu()
-    gpu_ms = _h200_engine()["smollm2_135m"]["long"]["cache_off"]["warm_median_ms"]
+    gpu_ms = engine_report.load()["smollm2_135m"]["long"]["cache_off"]["warm_median_ms"]
     says("step03", 6, f"{run['hash_us_per_token']} µs", f"**{sha:.2f} ms**", f"{builtin:.3f} ms",
          f"{run['hash_builtin_us_per_token']} µs per token", f"{run['ttft_cold_off_s']:.1f} s",
          f"**{round(ratio, -4):,.0f} times**",
@@ -612,8 +609,8 @@ def test_step05_q9_loading_or_recomputing():
     params = s["num_layers"] * per_layer + h  # outside the embedding (a prompt token looks its row up)
     assert round(params / 1e8, 2) == 1.06, params
     flops_per_token = 2 * 1.06e8  # the question's
-    rates = _h200_engine()["smollm2_135m"]["host_tier"]["rates"]
-    matmul = _h200()["kernels"]["ceilings"]["matmul_tflop_s"]
+    rates = engine_report.load()["smollm2_135m"]["host_tier"]["rates"]
+    matmul = step06_report.load()["kernels"]["ceilings"]["matmul_tflop_s"]
     load = rates["h2d_gb_s"] * 1e9 / rates["kv_bytes_per_token"]
     assert abs(load - rates["load_tokens_s"]) / load < 0.01
     assert rates["kv_bytes_per_token"] == 2 * s["num_layers"] * s["num_kv_heads"] * s["head_dim"] * 2  # K, V in bf16
@@ -632,13 +629,13 @@ def test_step05_q9_loading_or_recomputing():
 
 
 def test_step06_q1_intensity_and_ridge():
-    c = _h200()["kernels"]["ceilings"]
+    c = step06_report.load()["kernels"]["ceilings"]
     hq, hkv, d = SMOLLM2_135M["num_heads"], SMOLLM2_135M["num_kv_heads"], SMOLLM2_135M["head_dim"]
     bf16 = torch.bfloat16.itemsize
     grouped = 4 * hq * d / (2 * hkv * d * bf16)  # FLOPs over the bytes of K and V, per token and layer
     alone = 4 * d / (2 * bf16 * d)  # one query head per program: every program reads its KV head again
     assert grouped == hq / hkv
-    engine_copy = _h200_engine()["smollm2_135m"]["random"]["decode"]["copy_tb_s"]
+    engine_copy = engine_report.load()["smollm2_135m"]["random"]["decode"]["copy_tb_s"]
     plain_loop = 4.3  # TB/s, a plain device-to-device copy loop on the H200 (the device tool's notes; H200.md)
     assert max(c["copy_tb_s"], engine_copy) < 0.8 * plain_loop, "the key says both copy probes read low: reword it"
     says("step06", 1, f"`2 · H_kv · D` elements of {bf16} bytes", "`4 · H_q · D` FLOPs",
@@ -653,7 +650,7 @@ def test_step06_q2_splitting_a_ragged_batch():
     from step06_triton.decode_attention import DECODE_TILE, FILL_PER_SM, MIN_SPLIT_LEN, PROGRAMS_PER_SM, split_plan_host
     from step06_triton.measure.kernels import RAGGED, ragged_lengths
 
-    res = _h200()["kernels"]
+    res = step06_report.load()["kernels"]
     sms = res["machine"]["sms"]
     row = next(r for r in res["decode"] if r["ragged"] and r["heads"] == "32/8x128" and r["block_size"] == 16)
     uniform = next(r for r in res["decode"]
@@ -692,7 +689,7 @@ def test_step06_q2_splitting_a_ragged_batch():
 
 
 def test_step06_q4_contiguous_bytes_per_head_and_block():
-    row = next(r for r in _h200()["kernels"]["decode"] if r["heads"] == "32/8x128")  # the bench's big shape
+    row = next(r for r in step06_report.load()["kernels"]["decode"] if r["heads"] == "32/8x128")
     block, d, bf16 = row["block_size"], row["d"], torch.bfloat16.itemsize
     says("step06", 4, f"**{block * d * bf16:,} bytes** at block {block}, head_dim {d} in bf16, against "
                       f"{1 * d * bf16} bytes at block 1")
@@ -710,11 +707,10 @@ def test_step06_q6_an_empty_context():
 
 
 def test_step06_q7_the_two_loops_from_their_parts():
-    from step06_triton import report
     from step06_triton.measure.engine import floor_us
-    e = _h200_engine()
+    e = engine_report.load()
     d, big = e["smollm2_135m"]["random"]["decode"], e["llama_3_2_1b"]["random"]["decode"]
-    fastest = report.fastest_copy(_h200())
+    fastest = step06_report.fastest_copy(step06_report.load())
     step, gpu = d["sync"]["host_ms_per_step"], d["sync"]["gpu_ms_per_step"]
     host = step - gpu
     overlap = d["overlap"]
@@ -735,8 +731,8 @@ def test_step06_q7_the_two_loops_from_their_parts():
 
 
 def test_step06_q9_the_warm_requests_floor():
-    e = _h200_engine()
-    sms = _h200()["kernels"]["machine"]["sms"]
+    e = engine_report.load()
+    sms = step06_report.load()["kernels"]["machine"]["sms"]
     d, long = e["smollm2_135m"]["random"]["decode"], e["smollm2_135m"]["long"]
     per_kernel = d["gpu_us_per_step"] / d["kernels_per_step"]
     prompt, new = _long_on_the_gpu()
@@ -822,11 +818,21 @@ def test_step06_q12_fp8_bytes_and_rounding():
          f"**−{-back[3]:.3f}** (**{lost(3):.1%}**)", f"({FP8_MAX / 2**8:g} · 2^8)", "1/16 of 2^k",
          f"between {low:g} and {2 * low:g} the e4m3 values are {low / 8:g} apart",
          f"over {FP8_MAX:g}, {row.abs().max():g}/{FP8_MAX:g}")
-    assert FP8_MAX == torch.finfo(torch.float8_e4m3fn).max and 1.75 * 2**8 == FP8_MAX
+    assert FP8_MAX == torch.finfo(torch.float8_e4m3fn).max
     static_scale = torch.tensor([16 / 448])
     clipped = dequantize(quantize(torch.tensor([[24.0]]), static_scale), static_scale, torch.float32)
+    from step06_triton import decode_attention
+    rows, d = max(16, 32 // 8), 128  # decode's query rows (the GQA group padded to 16, decode_splits) at Llama's heads
     says("step06", 12, f"24 is {24 / static_scale.item():.0f} times", f"reads back as **{clipped.item():.0f}**",
-         f"beyond {FP8_MAX:g}", "step 3")
+         f"beyond {FP8_MAX:g}", "step 3 multiplies by the scales only in the product (`p * v_weight`",
+         f"`VALUE_SCALE` ({decode_attention.VALUE_SCALE.value:,.0f}, a power of two",
+         f"has s_j = 0.01 / {FP8_MAX:g}",
+         f"values under {torch.finfo(torch.float16).tiny * 1e5:.0f} · 10^-5 lose bits",
+         f"(for decode, {rows} rows against {d} head dims: an eighth)")
+    assert rows / d == 1 / 8
+    kernel = inspect.getsource(decode_attention.attend_tile.fn)
+    assert "(p * v_weight[None, :])" in kernel and "* VALUE_SCALE" in kernel, "the key describes step 3's weights"
+    assert 0.01 / FP8_MAX * decode_attention.VALUE_SCALE.value > torch.finfo(torch.float16).tiny > 0.01 / FP8_MAX
 
 
 def test_step06_q13_the_split_axes_of_a_decode_graph():
@@ -836,7 +842,7 @@ def test_step06_q13_the_split_axes_of_a_decode_graph():
     kv, batch, context, longest = SMOLLM2_135M["num_kv_heads"], 64, 300, SMOLLM2_135M["max_position_embeddings"]
     buckets = split_buckets(longest)
     one_axis, axis = num_kv_splits(longest), split_bucket(buckets, context)
-    ragged = next(r for r in _h200()["kernels"]["decode"] if r["ragged"] and r["block_size"] == 16
+    ragged = next(r for r in step06_report.load()["kernels"]["decode"] if r["ragged"] and r["block_size"] == 16
                   and r["heads"] == "32/8x128")
     one_axis_tb_s = ragged["triton_graph_grid_tb_s"]  # the single axis for GRAPH_CONTEXT
     past = MIN_SPLIT_LEN + 1

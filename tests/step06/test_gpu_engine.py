@@ -92,7 +92,7 @@ def test_decode_graphs_take_the_split_axis_of_the_longest_context():
     prompts, params, expected = with_reference(model, prompts, new_tokens=5)
     engine = make_engine(model, "bridge", "triton", cuda_graphs=True, num_blocks=512, block_size=16,
                          max_num_seqs=5, max_num_batched_tokens=512)
-    assert engine.runner.split_buckets == [1, 4, 8]
+    assert engine.runner.split_axes == [1, 4, 8]
     assert [o.output_ids for o in drive_to_end(engine, prompts[:2] + prompts[4:], params)] == [
         expected[0], expected[1], expected[4]]
     assert {key[2] for key in engine.runner.replayed if key[0] == "decode"} == {1}

@@ -366,7 +366,23 @@ def test_split_buckets_cover_every_context_with_at_most_four_times_its_splits():
             need = num_kv_splits(context)
             axis = split_bucket(buckets, context)
             assert axis in buckets and need <= axis < 4 * need
-    assert split_bucket(split_buckets(8192), MIN_SPLIT_LEN) == 1  # one split: no merge kernel
+    assert split_bucket(split_buckets(8192), MIN_SPLIT_LEN) == 1
+
+
+def test_a_launch_of_one_split_runs_no_merge(monkeypatch):
+    """On the one-split axis (what a graph of short contexts replays) every sequence writes its output itself: the
+    merge kernel is not launched, one kernel fewer per layer."""
+    from step06_triton import decode_attention
+    pool = Pool([5, 40, 300], 16, num_kv_heads=2, head_dim=64, seed=4)
+    q = torch.randn(3, 4, 64, device=DEVICE)
+    want = reference_decode(pool, q)
+
+    def no_merge(*args):
+        raise AssertionError("a one-split launch ran the merge")
+    monkeypatch.setattr(decode_attention, "merge_partials", no_merge)
+    out = decode_attention.paged_decode_attention(q, pool.k, pool.v, pool.block_table, pool.seq_lens, 1,
+                                                  out=poisoned(q.shape, q.dtype))
+    assert_close(out, want, torch.float32)
 
 
 def test_flashinfer_page_lists_are_the_block_tables_pages():
