@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 CHAPTERS := $(sort $(wildcard step0*_*))
 
-.PHONY: setup tour test test-fast stress bench report notebooks figures lint clean
+.PHONY: setup tour test test-fast stress bench report notebooks figures lint clean book
 
 .venv/.installed: pyproject.toml scripts/setup.sh
 	bash scripts/setup.sh
@@ -73,6 +73,11 @@ notebooks: .venv/.installed
 # `python -m course figures --check` lists the stale ones, as tests/test_figures.py does.
 figures: .venv/.installed
 	$(PY) -m course figures
+
+# The course as a website, built into build/book/site from the pages book.yml lists (MkDocs Material, the notebooks
+# with their committed outputs); read it with: python -m http.server -d build/book/site --bind 127.0.0.1 8000
+book: .venv/.installed
+	$(PY) scripts/book.py
 
 lint: .venv/.installed
 	.venv/bin/ruff check .
