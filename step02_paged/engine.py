@@ -161,8 +161,7 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Schedule, run one forward over all scheduled tokens, sample, append, retire. Returns the requests that
         finished."""
-        batch = decodes_first(self.scheduler.schedule())
-        self._release_rows(self.scheduler.preempted)
+        batch = self._schedule()
         if not batch:
             return []
         forward_batch, sampled = self._prepare(batch)
@@ -174,10 +173,14 @@ class Engine:
         self._record_step()
         return finished
 
-    def _release_rows(self, seqs: list[Sequence]) -> None:
-        """Preempted sequences give their block-table rows back (their blocks went back already)."""
-        for seq in seqs:
-            self.block_table.release(seq.seq_id)
+    def _schedule(self) -> list[tuple[Sequence, int]]:
+        """The scheduler's batch, decodes first. Preempted sequences give their block-table rows back (their blocks
+        went back already), also when scheduling raised midway: the preemptions it made stand."""
+        try:
+            return decodes_first(self.scheduler.schedule())
+        finally:
+            for seq in self.scheduler.preempted:
+                self.block_table.release(seq.seq_id)
 
     def _prepare(self, batch: list[tuple[Sequence, int]],
                  token_ids: list[int] | None = None) -> tuple[ForwardBatch, list[Sequence]]:
@@ -316,6 +319,8 @@ class Engine:
         assert len(running) <= self.config.max_num_seqs, "more running sequences than seats"
         ids = [s.seq_id for s in running] + [s.seq_id for s in waiting]
         assert sorted(ids) == sorted(self.seqs), "a live sequence is missing from the queues, or listed twice"
+        assert set(self.cache_manager.holders) <= {s.seq_id for s in running}, \
+            "the cache manager holds memory for a sequence that is not running"
         for s in waiting:
             assert not s.block_table and s.num_computed_tokens == 0, f"waiting sequence {s.seq_id} holds blocks"
             assert s.seq_id not in self.block_table.rows, f"waiting sequence {s.seq_id} holds a block-table row"

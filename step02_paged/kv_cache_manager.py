@@ -45,14 +45,16 @@ class KVCacheManager(CacheManager):
         if not need and seq.seq_id in self.holders:  # most decode steps: the last block still has room
             return True
         # BEGIN SOLUTION task2.allocate_slots points=3
-        if not self.block_manager.can_allocate(need):
+        bm = self.block_manager
+        if not bm.can_allocate(need):
             return False
-        if seq.seq_id not in self.holders:  # admission: share the match's blocks, then allocate the rest
+        new = bm.allocate(need)  # first: if it raises, the sequence holds nothing new
+        if seq.seq_id not in self.holders:  # admission: share the match's blocks, then the new ones
             shared = list(match.blocks) if match else []
-            self.block_manager.retain(shared)
+            bm.retain(shared)
             seq.block_table = shared
             self.holders[seq.seq_id] = seq
-        seq.block_table += self.block_manager.allocate(need)
+        seq.block_table += new
         return True
         # END SOLUTION
 

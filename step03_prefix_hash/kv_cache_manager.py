@@ -75,10 +75,17 @@ class PrefixCachingKVCacheManager(CacheManager):
             return False
         if admitting:
             bm.touch(hits)
+        try:
+            new = bm.allocate(need)
+        except BaseException:  # the allocator failed: let go of the hits, so the sequence holds nothing
+            if admitting:
+                bm.release(hits)
+            raise
+        if admitting:
             seq.block_table = hits
             self.holders[seq.seq_id] = seq
             self._num_published[seq.seq_id] = len(hits)  # hits are published already
-        seq.block_table += bm.allocate(need)
+        seq.block_table += new
         return True
 
     def _check_match(self, seq: HashedSequence, hits: list[int], match: PrefixMatch | None) -> None:

@@ -85,23 +85,24 @@ class TreeCacheManager(CacheManager):
         node = match.node if match and match.blocks else self.tree.root
         if admitting:
             self.tree.inc_lock_ref(node)
-        room = False
+        new = None
         try:
             if need > self.block_manager.num_free:
                 self.evict(need - self.block_manager.num_free)
-            room = self.block_manager.can_allocate(need)
+            if self.block_manager.can_allocate(need):
+                new = self.block_manager.allocate(need)
         finally:
-            if admitting and not room:  # refused, or the eviction raised: the lock goes too
+            if admitting and new is None:  # refused, or the eviction or the allocation raised: the lock goes too
                 self.tree.dec_lock_ref(node)
-        if not room:
+        if new is None:
             return False
-        if admitting:
+        if admitting:  # only now does the request hold anything: a failure above left it out of the tree's books
             seq.block_table = list(match.blocks) if match else []
             seq.last_node, seq.cache_protected_len = node, self.tree.depth(node)
             seq.num_prefill_tokens = seq.num_tokens
             self.holders[seq.seq_id] = seq
             self._share(seq, match)
-        seq.block_table.extend(self.block_manager.allocate(need))
+        seq.block_table.extend(new)
         return True
 
     def _check_match(self, seq: RadixSequence, admitting: bool, match: TreeMatch | None) -> None:

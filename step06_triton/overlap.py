@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from step02_paged.engine import Engine, RequestOutput
-from step02_paged.forward_batch import ForwardBatch, decodes_first
+from step02_paged.forward_batch import ForwardBatch
 from step02_paged.sequence import Sequence
 
 
@@ -81,8 +81,7 @@ class OverlapEngine(Engine):
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         """Schedule and launch this step, then read the previous step's tokens. Returns what finished."""
-        batch = decodes_first(self.scheduler.schedule())
-        self._release_rows(self.scheduler.preempted)
+        batch = self._schedule()
         launched = self._launch(batch) if batch else None
         previous, self._inflight = self._inflight, launched
         finished = self._read(previous) if previous else []
