@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -360,6 +361,95 @@ def on_post_page(output: str, page, config) -> str:
     return output
 
 
+HEADING = re.compile(r"<h([1-6])\b[^>]*\bid=\"([^\"]+)\"")
+
+
+def on_page_context(context, page, config, nav):
+    """MkDocs hook: a notebook's table of contents is made from its Markdown, where a heading with code in it
+    (`The `short` workload`) gets another anchor than the one nbconvert puts on the heading; point each entry of
+    the contents at its heading, taken in order at the same level."""
+    if not page.file.src_uri.endswith(".ipynb") or not page.content:
+        return context
+    headings = [(int(level), id_) for level, id_ in HEADING.findall(page.content)]
+    ids = {id_ for _, id_ in headings}
+    at = 0
+    for item in _toc_items(page.toc):
+        if item.id in ids:
+            at = next((i + 1 for i in range(at, len(headings)) if headings[i][1] == item.id), at)
+            continue
+        match = next((i for i in range(at, len(headings)) if headings[i][0] == item.level), None)
+        if match is not None:
+            item.id, at = headings[match][1], match + 1
+    return context
+
+
+def _toc_items(items):
+    for item in items:
+        yield item
+        yield from _toc_items(item.children)
+
+
+# ------------------------------------------------------------------------------------------------ the link check
+RESOURCE_TAGS = {"script": "src", "img": "src", "iframe": "src", "source": "src", "audio": "src", "video": "src",
+                 "embed": "src", "link": "href"}
+
+
+class _Refs(HTMLParser):
+    """The ids of a page, its links (<a href>) and the resources it loads (scripts, stylesheets, pictures)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.resources: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        for key in ("id", "name") if tag == "a" else ("id",):
+            if attrs.get(key):
+                self.ids.add(attrs[key])
+        if tag == "a" and attrs.get("href"):
+            self.links.append(attrs["href"])
+        elif tag in RESOURCE_TAGS and attrs.get(RESOURCE_TAGS[tag]):
+            self.resources.append(attrs[RESOURCE_TAGS[tag]])
+        if tag in ("img", "source") and attrs.get("srcset"):
+            self.resources += [part.split()[0] for part in attrs["srcset"].split(",") if part.strip()]
+
+
+def check_site(site: Path) -> list[str]:
+    """Every internal link, picture, script and stylesheet of the built site resolves (a link's #anchor included),
+    and no page loads anything from the network (links to other sites are fine: a reader follows them or not)."""
+    pages = {p.relative_to(site).as_posix(): p for p in sorted(site.rglob("*.html"))}
+    parsed: dict[str, _Refs] = {}
+    for rel, path in pages.items():
+        parsed[rel] = _Refs()
+        parsed[rel].feed(path.read_text(errors="replace"))
+    problems = []
+    for rel, refs in parsed.items():
+        for url, kind in [(u, "link") for u in refs.links] + [(u, "resource") for u in refs.resources]:
+            if url.startswith(("http://", "https://", "//")):
+                if kind == "resource":
+                    problems.append(f"{rel}: loads {url} from the network")
+                continue
+            if SCHEME.match(url) or url == "#":  # mailto:, data:, javascript:
+                continue
+            path, _, frag = unquote(url).partition("#")
+            path = path.split("?")[0]
+            if not path:
+                target = rel
+            elif path.startswith("/"):
+                target = posixpath.normpath(path.lstrip("/") or ".")
+            else:
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), path))
+            if (site / target).is_dir():
+                target = posixpath.join(target, "index.html")
+            if target.startswith("..") or not (site / target).is_file():
+                problems.append(f"{rel}: {kind} {url} leads nowhere")
+            elif frag and target in parsed and frag not in parsed[target].ids:
+                problems.append(f"{rel}: link {url}: {target} has no #{frag}")
+    return problems
+
+
 def build(root: Path = ROOT, out: Path = OUT, quiet: bool = False) -> Stager:
     """Stage the book's pages and render them into out/site; raises CalledProcessError if MkDocs fails."""
     book = load_book(root)
@@ -376,19 +466,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=OUT, help="where docs/ and site/ go (default: build/book)")
     parser.add_argument("--quiet", action="store_true", help="MkDocs prints warnings and errors only")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a link or picture leads nowhere")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     for problem in nav_problems():
         print(f"!! {problem}")
     stager = build(out=args.out.resolve(), quiet=args.quiet)
-    for problem in stager.problems:
+    problems = stager.problems + check_site(args.out.resolve() / "site")
+    for problem in problems:
         print(f"!! {problem}")
     site = args.out.resolve() / "site"
     site = site.relative_to(Path.cwd()) if site.is_relative_to(Path.cwd()) else site
     print(f">> the book: {len(load_book().pages)} pages, {len(stager.code)} source files, {len(stager.copied)} "
           f"pictures and files, in {site} ({time.perf_counter() - start:.1f} s)")
     print(f"   read it: python -m http.server -d {site} --bind 127.0.0.1 8000, then open http://127.0.0.1:8000/")
-    return 1 if stager.problems else 0
+    if problems:
+        print(f"!! {len(problems)} broken links or pictures (above)")
+    return 1 if problems and args.check else 0
 
 
 if __name__ == "__main__":
