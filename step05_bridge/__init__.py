@@ -1,8 +1,10 @@
 """Chapter 5: the Pico-vLLM write-up's bridge - a token-level radix tree over a block-level BlockManager, two
 reference counts.
 
-`Engine(model, EngineConfig(block_size=16, ...), BridgeKVCacheManager)` is chapter 2's engine with this cache."""
+`Engine(model, EngineConfig(block_size=16, ...), BridgeKVCacheManager)` is chapter 2's engine with this cache;
+`OffsetKVCacheManager` in its place runs the mini-runtime textbook's block radix tree with offsets."""
 from .block_radix_tree import BlockRadixTree
 from .bridge_cache import BridgeKVCacheManager
+from .offset_cache import OffsetKVCacheManager
 
-__all__ = ["BlockRadixTree", "BridgeKVCacheManager"]
+__all__ = ["BlockRadixTree", "BridgeKVCacheManager", "OffsetKVCacheManager"]
