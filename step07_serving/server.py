@@ -1,0 +1,182 @@
+"""The OpenAI-compatible HTTP server: FastAPI handlers in front of the AsyncEngine.
+
+A handler's life: parse and check the body (protocol.py; a 400 names the field), turn text into token ids (the model's
+tokenizer, and for chat its chat template: course/chat.py, as every chapter's demo), `add` the request (the engine
+refuses what it cannot run, with nothing queued: another 400), then wait for its deltas, all at once or as a stream
+of server-sent events. A client that disconnects is noticed while its request waits, and the request is aborted:
+its blocks go back to the pool in the next pass of the loop.
+
+`make_app` builds the app around an engine that is already made, so the tests serve a tiny random model and the
+command line the real one, through the same code.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from course.chat import stop_ids
+from step01_kvcache.request import SamplingParams
+from step02_paged import Engine
+
+from . import protocol
+from .async_engine import AsyncEngine, Delta, EngineDead
+from .protocol import CompletionRequest, OpenAIError
+
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+@dataclass
+class Served:
+    """What the handlers share: the engine loop, the tokenizer and the one model name this server answers to."""
+
+    engine: AsyncEngine
+    tokenizer: object
+    model: str
+
+    def sampling(self, body: protocol._Sampling, max_tokens: int | None, num_prompt_tokens: int,
+                 default: int) -> SamplingParams:
+        """The engine's SamplingParams from a body; the model's end-of-turn tokens always stop. Without `max_tokens`,
+        `default`, cut to what the model and the pool leave room for (a value the client gave is never cut: if it
+        does not fit, the engine refuses it)."""
+        if max_tokens is None:
+            config, model = self.engine.engine.config, self.engine.engine.model.config
+            room = min(model.max_position_embeddings - num_prompt_tokens,
+                       config.num_blocks * config.block_size - num_prompt_tokens + 1)
+            max_tokens = max(1, min(default, room))
+        try:
+            return SamplingParams(max_new_tokens=max_tokens, temperature=body.temperature, top_p=body.top_p,
+                                  seed=body.seed, stop_token_ids=(*stop_ids(self.tokenizer), *body.stop_token_ids))
+        except ValueError as e:
+            raise OpenAIError(400, str(e)) from None
+
+    def check_model(self, name: str) -> None:
+        if name != self.model:
+            raise OpenAIError(404, f"The model `{name}` does not exist; this server serves `{self.model}`",
+                              param="model", code="model_not_found")
+
+    async def add(self, prompt_ids: list[int], params: SamplingParams) -> int:
+        try:
+            return await self.engine.add(prompt_ids, params)
+        except ValueError as e:  # the engine refused the request: nothing was queued
+            raise OpenAIError(400, str(e), param="prompt") from None
+
+    def text(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+async def collect(deltas: AsyncIterator[Delta]) -> tuple[list[int], Delta]:
+    """Every token of a request and its last delta (finish reason, cached tokens)."""
+    tokens: list[int] = []
+    async for delta in deltas:
+        tokens += delta.token_ids
+    return tokens, delta
+
+
+async def unless_disconnected(request: Request, work: Awaitable) -> object:
+    """Run `work` while watching the connection; if the client goes first, cancel `work` (which aborts its request,
+    see AsyncEngine.stream) and return None. The body was read already, so the next message can only be the
+    client's `http.disconnect`."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait([task, watch], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        gone = not task.done()
+        if gone:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return None if gone else task.result()
+
+
+def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[], None] | None = None) -> FastAPI:
+    """The app, serving `engine` under the name `model`. Its engine loop starts and stops with the app."""
+    served: Served | None = None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        nonlocal served
+        served = Served(AsyncEngine(engine, after_step), tokenizer, model)
+        served.engine.start()
+        app.state.served = served
+        yield
+        await served.engine.stop()
+
+    app = FastAPI(title="kvcourse: chapter 7's server", lifespan=lifespan)
+
+    @app.exception_handler(OpenAIError)
+    async def openai_error(request: Request, e: OpenAIError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, e: RequestValidationError) -> JSONResponse:
+        """FastAPI answers a body that fails its model with 422; OpenAI (and vLLM) with 400, naming the field."""
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"] if p != "body") or None
+        if first["type"] == "json_invalid":
+            message, where = "the body is not valid JSON", None
+        else:
+            message = f"{where}: {first['msg']}"
+        return JSONResponse(OpenAIError(400, message, param=where).body(), status_code=400)
+
+    @app.exception_handler(EngineDead)
+    async def dead(request: Request, e: EngineDead) -> JSONResponse:
+        return JSONResponse(OpenAIError(503, str(e)).body(), status_code=503)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        problem = served.engine.problem()
+        return JSONResponse({"status": problem or "ok"}, status_code=503 if problem else 200)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "kvcourse",
+                                            "max_model_len": engine.model.config.max_position_embeddings}]}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        served.check_model(body.model)
+        ids = tokenizer(body.prompt)["input_ids"] if isinstance(body.prompt, str) else body.prompt
+        params = served.sampling(body, body.max_tokens, len(ids), COMPLETION_DEFAULT_MAX_TOKENS)
+        rid = await served.add(ids, params)
+        done = await unless_disconnected(request, collect(served.engine.stream(rid)))
+        if done is None:
+            return None
+        tokens, last = done
+        return protocol.completion(protocol.request_id("cmpl"), model, served.text(tokens), last.finish_reason,
+                                   protocol.usage(len(ids), len(tokens), last.num_cached_tokens))
+
+    return app
+
+
+@contextmanager
+def running(app: FastAPI, port: int = 0, timeout_s: float = 30.0) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 from a background thread (port 0: any free one); yields the base URL, and stops the
+    server (its engine loop with it) on exit. For the demo, the notebook and the tests."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not start on 127.0.0.1:{port}")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout_s)
