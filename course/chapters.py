@@ -16,7 +16,11 @@ def chapters(root: Path | None = None) -> list[str]:
 
 
 def import_each(module: str) -> None:
-    """Import `stepNN_x.<module>` of every chapter that has one (e.g. `bench`, `report`)."""
+    """Import every chapter's `<module>` (e.g. `bench`, `report`): `benchmarks.stepNN.<module>`, where the chapter's
+    measurement lives, or `stepNN_x.<module>` for a chapter that keeps its own."""
     for chapter in chapters():
-        if (REPO_ROOT / chapter / f"{module}.py").is_file():
+        short = chapter.split("_")[0]
+        if (REPO_ROOT / "benchmarks" / short / f"{module}.py").is_file():
+            importlib.import_module(f"benchmarks.{short}.{module}")
+        elif (REPO_ROOT / chapter / f"{module}.py").is_file():
             importlib.import_module(f"{chapter}.{module}")

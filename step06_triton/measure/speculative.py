@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from step02_paged.spec_bench import verify_step_cost
+from benchmarks.step02.speculative import verify_step_cost
 
 from ..triton_attention import TritonPagedAttention
 from .common import MODELS, Parts, median_ms, needs_gpu, random_model

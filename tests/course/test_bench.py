@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
+from benchmarks.step01.bench import hf_decode_step_s
 from course import homework_tool as hw
 from course import results
 from course.bench import hf_prefill, hf_prefix_baselines, hf_ttfts
 from course.hf import to_hf_model
 from course.tiny import tiny_model
-from step01_kvcache.bench import hf_decode_step_s
 from step01_kvcache.generate import SamplingParams, generate
 
 SHARED = list(range(40, 70))

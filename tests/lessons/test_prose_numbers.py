@@ -252,9 +252,9 @@ def test_step01_readme():
 
 
 def test_step02_readme():
-    from step02_paged import report
+    from benchmarks.step02 import report
+    from benchmarks.step02.host import CONTEXTS, SEQS
     from step02_paged.config import EngineConfig
-    from step02_paged.host_bench import CONTEXTS, SEQS
 
     path = "step02_paged/README.md"
     default = EngineConfig()
@@ -273,7 +273,7 @@ def test_step02_readme():
          f"level from {host['contexts'][0]} to {host['contexts'][-1]:,} tokens",
          f"at most {report.HOST_TARGET_US} µs per step at {host['requests']} sequences",
          f"no more than {report.HOST_FLAT}x", f"the {report.HOST_TARGET_US} µs target is missed")
-    bench = (REPO_ROOT / "step02_paged" / "bench.py").read_text()
+    bench = (REPO_ROOT / "benchmarks" / "step02" / "bench.py").read_text()
     config = dict(re.findall(r"(num_blocks|block_size|max_num_batched_tokens)=(\d+)", bench))
     batch = figures("step02", "batch")
     new = re.search(r"SamplingParams\(max_new_tokens=args.max_new_tokens or (\d+)", bench)[1]
@@ -291,7 +291,7 @@ def test_step02_readme():
 def test_step02_speculative():
     """The speculative decoding section: the engine's defaults, the report's targets, the rollback figure as
     `pictures.py` draws it, and chapter 6's verify step on the H200 (results/h200_speculative.json)."""
-    from step02_paged import report
+    from benchmarks.step02 import report
     from step02_paged.config import EngineConfig
     from step02_paged.pictures import rollback_figure
 
@@ -335,7 +335,7 @@ def test_step02_speculative():
 
 def test_step02_speculative_measured():
     """What chapter 2's prose takes from the committed speculative run (results/speculative.json)."""
-    from step02_paged import report
+    from benchmarks.step02 import report
 
     path = "step02_paged/README.md"
     run = figures("step02", "speculative")
@@ -377,10 +377,10 @@ def test_step03_readme():
     import hashlib
     import sys
 
+    from benchmarks.step03.bench import BLOCK_SIZE, micro_benchmarks
     from course.workloads import TEXTS, _lcp
     from step02_paged.cache_manager import PrefixCacheStats
     from step02_paged.config import EngineConfig
-    from step03_prefix_hash.bench import BLOCK_SIZE, micro_benchmarks
 
     path = "step03_prefix_hash/README.md"
     long, B = workload("long"), BLOCK_SIZE
@@ -431,8 +431,8 @@ def test_step03_readme():
 
 
 def test_step04_readme():
+    from benchmarks.step03.bench import BLOCK_SIZE as B
     from course.workloads import DIVERGE_SHARED_PREFIX
-    from step03_prefix_hash.bench import BLOCK_SIZE as B
     from step04_radix.bench import bookkeeping_bench
     from step04_radix.policy import FCFS_ABOVE
 
@@ -1001,9 +1001,9 @@ def near(path: str, stated: str, value: float, within: float) -> None:
 def test_notebooks():
     from statistics import mean
 
+    from benchmarks.step03.bench import BLOCK_SIZE as B
     from course.workloads import _lcp
     from step02_paged.geometry import cdiv
-    from step03_prefix_hash.bench import BLOCK_SIZE as B
 
     group = S["num_heads"] // S["num_kv_heads"]
     model = f"{S['num_kv_heads']} KV heads instead of {S['num_heads']}, a {group}× saving"

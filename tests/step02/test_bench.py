@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from benchmarks.step02.bench import hf_batched, own_tokens
 from course.hf import to_hf_model
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
-from step02_paged.bench import hf_batched, own_tokens
 
 
 def test_own_tokens_stop_at_the_first_stop_token_inclusive():
@@ -32,7 +32,7 @@ def test_left_padded_batch_answers_like_one_request_at_a_time():
 def test_host_bench_times_every_chapters_manager():
     """The host bench finds every chapter's cache manager, runs each with 64 sequences decoding, and keeps every
     cell's median round, whose growth is the row's own ratio; on tiny contexts (timings themselves are not tested)."""
-    from step02_paged.host_bench import host_bench
+    from benchmarks.step02.host import host_bench
 
     result = host_bench(contexts=(32, 64), rounds=2)
     assert all(len(r) == 2 for r in result["growth_per_round"].values())
@@ -53,7 +53,7 @@ def test_speculative_bench_compares_the_same_answers(tokenizer):
     """The speculative bench on a tiny model with SmolLM2's vocabulary: plain, speculative and nothing-proposed runs
     of the same requests give the same tokens, and every figure the report reads is there. The layers' outputs are
     scaled down so that the model mostly repeats its last token: prompt lookup then drafts, and some drafts fail."""
-    from step02_paged.spec_bench import spec_bench
+    from benchmarks.step02.speculative import spec_bench
 
     model = tiny_model(seed=0, vocab_size=tokenizer.vocab_size, max_position_embeddings=1024)
     with torch.no_grad():

@@ -245,7 +245,7 @@ def test_real_model_copies_with_speculation(real_model, tokenizer):
 
 def test_verify_step_cost_runs_on_the_cpu():
     """The GPU's measurement, in miniature: a verify step of 1 + k tokens against a decode step, per batch size."""
-    from step02_paged.spec_bench import verify_step_cost
+    from benchmarks.step02.speculative import verify_step_cost
 
     cost = verify_step_cost(MODEL, ks=(1, 3), batch_sizes=(1, 2), context=12, repeats=1)
     assert cost["device"] == "cpu" and cost["context"] == 12 and set(cost["batches"]) == {1, 2}

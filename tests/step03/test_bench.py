@@ -1,7 +1,7 @@
 """The chapter's micro-benchmarks run and give plausible magnitudes."""
 from __future__ import annotations
 
-from step03_prefix_hash.bench import hash_seconds_per_token, lookup_seconds
+from benchmarks.step03.bench import hash_seconds_per_token, lookup_seconds
 
 
 def test_micro_benchmarks_run():

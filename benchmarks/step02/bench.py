@@ -1,6 +1,6 @@
 """`python -m course bench step02 --workload batch`: continuous batching vs one request at a time
-(`--workload host`: the engine's host work per decode step, without a model; see host_bench.py; `--workload
-speculative`: speculative decoding against plain decoding; see spec_bench.py).
+(`--workload host`: the engine's host work per decode step, without a model; see host.py; `--workload
+speculative`: speculative decoding against plain decoding; see speculative.py).
 
 The same 8 ragged greedy requests (answers end at the end-of-turn token) through (a) our paged engine, all
 at once, (b) Hugging Face `generate` with its default attention (SDPA), all 8 in one left-padded batch, as a
@@ -18,9 +18,8 @@ import torch
 
 from course.bench import interleaved_best, register
 from step01_kvcache.generate import SamplingParams, generate
-
-from .config import EngineConfig
-from .engine import Engine
+from step02_paged.config import EngineConfig
+from step02_paged.engine import Engine
 
 
 def run_engine(model, cfg: EngineConfig, prompts: list[list[int]], params: SamplingParams) -> dict:
@@ -66,13 +65,13 @@ def bench_step02(args: argparse.Namespace) -> dict:
     if args.workload == "host":
         from course.bench import progress
 
-        from .host_bench import host_bench
+        from .host import host_bench
         return host_bench(progress=progress)
     if args.workload == "speculative":
         from course.bench import progress
         from course.pretrained import load_model, load_tokenizer
 
-        from .spec_bench import spec_bench
+        from .speculative import spec_bench
         return spec_bench(load_model(args.model), load_tokenizer(args.model), max_new_tokens=args.max_new_tokens or 128,
                           repeats=args.repeats, progress=progress)
     from course.demo import stop_ids

@@ -22,14 +22,13 @@ import torch
 
 from step01_kvcache.attention import AttentionBackend
 from step01_kvcache.generate import SamplingParams
-
-from .config import EngineConfig
-from .engine import Engine
-from .forward_batch import ForwardBatch
-from .geometry import cdiv
-from .ngram_proposer import NgramProposer
-from .paged_attention import PagedAttention
-from .sequence import Sequence
+from step02_paged.config import EngineConfig
+from step02_paged.engine import Engine
+from step02_paged.forward_batch import ForwardBatch
+from step02_paged.geometry import cdiv
+from step02_paged.ngram_proposer import NgramProposer
+from step02_paged.paged_attention import PagedAttention
+from step02_paged.sequence import Sequence
 
 WORKLOADS = ("edit", "short", "batch")
 CONTROL = "short"  # the workload also run with speculation on and nothing proposed

@@ -13,8 +13,6 @@ with a clock around it.
 from __future__ import annotations
 
 import cProfile
-import importlib
-import pkgutil
 import pstats
 import time
 from collections import Counter
@@ -25,14 +23,14 @@ import torch
 
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.request import SamplingParams
-
-from .cache_manager import CacheManager
-from .config import EngineConfig
-from .engine import Engine
-from .forward_batch import ForwardBatch
-from .geometry import cdiv
-from .model_runner import ModelRunner
-from .scheduler import Scheduler
+from step02_paged.cache_manager import CacheManager
+from step02_paged.config import EngineConfig
+from step02_paged.engine import Engine
+from step02_paged.forward_batch import ForwardBatch
+from step02_paged.geometry import cdiv
+from step02_paged.kv_cache_manager import KVCacheManager
+from step02_paged.model_runner import ModelRunner
+from step02_paged.scheduler import Scheduler
 
 CONTEXTS = (512, 1024, 2048, 4096, 8192, 16384)
 SEQS, STEPS, TURN = 64, 48, 8
@@ -115,19 +113,13 @@ class ClockedEngine(Engine):
 
 
 def cache_managers() -> dict[str, type[CacheManager]]:
-    """Every chapter's cache manager, by its `design` name. Chapters are found, not named: importing each
-    `stepNN_*` package lets its manager join."""
-    root = Path(__file__).resolve().parent.parent
-    for info in pkgutil.iter_modules([str(root)]):
-        if info.name.startswith("step0") and info.ispkg:
-            importlib.import_module(info.name)
-    found, stack = {}, [CacheManager]
-    while stack:
-        for cls in stack.pop().__subclasses__():
-            stack.append(cls)
-            if cls.__module__.startswith("step0") and "design" in cls.__dict__:
-                found.setdefault(cls.design, cls)
-    return dict(sorted(found.items(), key=lambda kv: kv[1].__module__))
+    """Every chapter's cache manager, by its `design` name, in chapter order."""
+    from step03_prefix_hash import PrefixCachingKVCacheManager
+    from step04_radix import RadixKVCacheManager
+    from step05_bridge import BridgeKVCacheManager
+
+    managers = (KVCacheManager, PrefixCachingKVCacheManager, RadixKVCacheManager, BridgeKVCacheManager)
+    return {m.design: m for m in managers}
 
 
 def decoding_engine(manager: type[CacheManager], context: int, block_size: int, seqs: int = SEQS,

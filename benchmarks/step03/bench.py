@@ -16,9 +16,8 @@ from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.cache_manager import PrefixMatch
 from step02_paged.geometry import PoolGeometry, cdiv
 from step02_paged.scheduler import admit
-
-from .kv_cache_manager import PrefixCachingKVCacheManager
-from .sequence import HashedSequence
+from step03_prefix_hash.kv_cache_manager import PrefixCachingKVCacheManager
+from step03_prefix_hash.sequence import HashedSequence
 
 BLOCK_SIZE = 16
 

@@ -12,9 +12,8 @@ from course.chat import chat_ids
 from course.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
 from course.hf import to_hf_model
 from course.pretrained import load_model, load_tokenizer
-
-from .cost import step_costs
-from .generate import SamplingParams, generate
+from step01_kvcache.cost import step_costs
+from step01_kvcache.generate import SamplingParams, generate
 
 
 @register("step01")
