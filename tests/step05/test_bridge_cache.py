@@ -1,6 +1,7 @@
 """The bridge by hand, no model: two levels of reference counts step by step. A block's ref_count is the number
 of live requests whose block table lists it plus one for the tree; lock_ref counts requests under a node.
-`check_invariants()` after every operation compares both with who really holds what."""
+`check_invariants()` after every operation compares both with who really holds what. The scenarios that any
+block-level cache with the two counts must pass run on the mini-runtime textbook's cache too (`manager`)."""
 from __future__ import annotations
 
 import pytest
@@ -9,9 +10,10 @@ from step01_kvcache.generate import SamplingParams
 from step02_paged.geometry import PoolGeometry
 from step02_paged.scheduler import admit as admit_after_match
 from step04_radix import RadixSequence
-from step05_bridge import BridgeKVCacheManager
+from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager
 
 BS = 4
+MANAGERS = pytest.mark.parametrize("manager", [BridgeKVCacheManager, OffsetKVCacheManager], ids=["bridge", "offset"])
 
 
 def seq(i: int, tokens: list[int]) -> RadixSequence:
@@ -176,8 +178,9 @@ def test_eviction_frees_only_what_no_request_uses():
     assert kv.block_manager.num_free + kv.num_cached_blocks == 8
 
 
-def test_preempted_request_finds_its_own_blocks_again():
-    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
+@MANAGERS
+def test_preempted_request_finds_its_own_blocks_again(manager):
+    kv = manager(PoolGeometry(16, BS))
     a = seq(0, range(10))
     admit(kv, a)
     compute(kv, a, 6)  # a first chunk of 6 tokens: one full block goes to the tree
@@ -190,8 +193,9 @@ def test_preempted_request_finds_its_own_blocks_again():
     finish(kv, a)
 
 
-def test_reset_cache_needs_a_drained_manager_and_frees_everything():
-    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
+@MANAGERS
+def test_reset_cache_needs_a_drained_manager_and_frees_everything(manager):
+    kv = manager(PoolGeometry(16, BS))
     a = seq(0, range(10))
     admit(kv, a)
     with pytest.raises(RuntimeError, match="use it"):
@@ -203,8 +207,9 @@ def test_reset_cache_needs_a_drained_manager_and_frees_everything():
     assert kv.block_manager.num_free == 16 and kv.tree.total_size == 0
 
 
-def test_check_invariants_names_a_broken_count():
-    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
+@MANAGERS
+def test_check_invariants_names_a_broken_count(manager):
+    kv = manager(PoolGeometry(16, BS))
     a = seq(0, range(10))
     admit(kv, a)
     compute(kv, a)
@@ -213,9 +218,10 @@ def test_check_invariants_names_a_broken_count():
         kv.check_invariants()
 
 
-def test_a_stale_match_is_refused_and_changes_nothing():
+@MANAGERS
+def test_a_stale_match_is_refused_and_changes_nothing(manager):
     """Look up A; another admission evicts A's matched node; allocating A with the old match is refused."""
-    kv = BridgeKVCacheManager(PoolGeometry(4, BS))
+    kv = manager(PoolGeometry(4, BS))
     old = seq(0, range(9))
     admit(kv, old)
     compute(kv, old)
@@ -232,9 +238,10 @@ def test_a_stale_match_is_refused_and_changes_nothing():
     kv.check_invariants()
 
 
-def test_a_preempted_request_is_counted_once():
+@MANAGERS
+def test_a_preempted_request_is_counted_once(manager):
     """Re-admitted after a preemption, a request finds its own blocks: no prompt hit, no second admission."""
-    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
+    kv = manager(PoolGeometry(16, BS))
     first = seq(0, range(5))
     admit(kv, first)
     compute(kv, first)
