@@ -117,6 +117,16 @@ def nav_problems(root: Path = ROOT) -> list[str]:
     return problems
 
 
+def page_title(path: Path) -> str:
+    """A page's title as a reader sees it: its first level-1 heading (a notebook's: in its first Markdown cells)."""
+    text = path.read_text()
+    if path.suffix == ".ipynb":
+        cells = json.loads(text).get("cells", [])
+        text = "\n".join("".join(c["source"]) for c in cells if c.get("cell_type") == "markdown")
+    heading = next((line[2:] for line in text.split("\n") if line.startswith("# ")), path.stem)
+    return re.sub(r"[`*]", "", heading).strip()
+
+
 def page_url(path: str) -> str:
     """Where a staged page lands on the site (MkDocs with use_directory_urls off): README.md is its folder's index."""
     stem, _ = posixpath.splitext(path)

@@ -2,8 +2,15 @@
 book.yml is there with its pictures and is found by the search index."""
 from __future__ import annotations
 
+import functools
+import html
+import http.server
 import json
+import os
 import re
+import shutil
+import subprocess
+import threading
 import time
 import warnings
 from types import SimpleNamespace
@@ -83,3 +90,84 @@ def test_notebooks_show_their_committed_outputs(builder, site):
         shown = html.count("data:image/png") + html.count("<svg")
         assert shown >= pictures, f"{page}: {pictures} pictures in its outputs, {shown} on its page"
         assert "jp-OutputArea" in html, f"{page}: no output cells on its page"
+
+
+# ------------------------------------------------------------------------------------------------ in a browser
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's Chromium, installed by scripts/chromium.sh where it is missing; a skip that says why where the
+    machine cannot install it (pytest -ra prints the reason)."""
+    found = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if found:
+        return found
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "chromium.sh")], capture_output=True, text=True, timeout=900)
+    lines = run.stdout.split()
+    if run.returncode or not lines:
+        why = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"it exited {run.returncode}"
+        pytest.skip(f"the browser test needs Chromium, which scripts/chromium.sh could not install here: {why}")
+    return lines[-1]
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    """The site over HTTP on 127.0.0.1, as `python -m http.server` serves it to a reader."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site.path)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    thread.join()
+
+
+def _text(html_fragment: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", html_fragment)).replace("¶", "").split())
+
+
+def _render(chromium: str, url: str, png, profile) -> subprocess.CompletedProcess:
+    """One headless Chromium run: a screenshot of `url` into `png`, and its DOM, after scripts ran, on stdout."""
+    sandbox = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses to run as root
+    return subprocess.run([chromium, "--headless", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+                           "--no-first-run", f"--user-data-dir={profile}", *sandbox, "--window-size=1280,1600",
+                           f"--screenshot={png}", "--dump-dom", url], capture_output=True, text=True, timeout=60)
+
+
+def _variance(png) -> float:
+    from PIL import Image, ImageStat
+
+    return ImageStat.Stat(Image.open(png).convert("L")).var[0]
+
+
+def test_a_blank_page_reads_as_blank(chromium, tmp_path):
+    run = _render(chromium, "data:text/html,<html><body></body></html>", tmp_path / "blank.png", tmp_path / "p")
+    assert run.returncode == 0, run.stderr[-300:]
+    assert _variance(tmp_path / "blank.png") < 100
+
+
+def test_each_chapter_opens_in_a_browser_with_its_title(builder, site, server, chromium, tmp_path):
+    """Headless Chromium renders the first page of every chapter to build/book/screenshots/NN_PAGE.png: the picture
+    is not blank and the page's first heading is the unit's title."""
+    shots = builder.OUT / "screenshots"
+    shutil.rmtree(shots, ignore_errors=True)
+    shots.mkdir(parents=True)
+    failures, start = [], time.perf_counter()
+    for i, (_, pages) in enumerate(builder.load_book(ROOT).chapters):
+        url = builder.page_url(pages[0])
+        png = shots / f"{i:02d}_{url.removesuffix('.html').replace('/', '_')}.png"
+        run = _render(chromium, server + url, png, tmp_path / "profile")
+        if run.returncode or not png.is_file():
+            failures.append(f"{url}: Chromium exited {run.returncode}: {run.stderr.strip()[-300:]}")
+            continue
+        variance = _variance(png)
+        if variance < 100:
+            failures.append(f"{url}: the screenshot {png} is blank (pixel variance {variance:.1f})")
+        title = builder.page_title(ROOT / pages[0])
+        headings = [_text(h) for h in re.findall(r"<h1\b.*?</h1>", run.stdout, re.S)]
+        if " ".join(title.split()) not in headings:
+            failures.append(f"{url}: the unit's title {title!r} is not its page's heading (headings: {headings})")
+    assert not failures, "\n".join(failures)
+    assert time.perf_counter() - start < 90, f"rendering the chapters took {time.perf_counter() - start:.0f} s"
