@@ -1,6 +1,6 @@
-"""`python -m step07_serving`: the real model behind the OpenAI-compatible server, asked twice through the `openai`
-client (the second time the prefix cache serves the prompt). `python -m step07_serving serve --port P` serves it
-until interrupted."""
+"""`python -m step07_serving`: the real model behind the OpenAI-compatible server, asked through the `openai` client:
+twice as JSON (the second time the prefix cache serves the prompt), then once more as a stream.
+`python -m step07_serving serve --port P` serves it until interrupted."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import sys
 
 import uvicorn
 
-from course.chat import chat_ids
+from course.chat import chat
 from course.demo import demo_parser
 from course.pretrained import DEFAULT_MODEL, timed_load
 from step02_paged import Engine, EngineConfig, KVCacheManager
@@ -66,28 +66,33 @@ def demo(argv: list[str]) -> int:
     model, tok, load_s = timed_load(args.model)
     try:
         engine = make_engine(model, args)
-        ids = chat_ids(tok, args.prompt, args.system)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with running(make_app(engine, tok, DEFAULT_MODEL)) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        ask = dict(model=DEFAULT_MODEL, messages=chat(args.prompt, args.system), max_tokens=args.max_new_tokens,
+                   temperature=0)
         try:
-            answers = [client.completions.create(model=DEFAULT_MODEL, prompt=ids, max_tokens=args.max_new_tokens,
-                                                 temperature=0) for _ in range(1 if args.answer_only else 2)]
+            answers = [client.chat.completions.create(**ask) for _ in range(1 if args.answer_only else 2)]
         except openai.BadRequestError as e:
             print(f"error: {e.body['message'] if isinstance(e.body, dict) else e}", file=sys.stderr)
             return 2
+        if not args.answer_only:
+            print(f"model loaded in {load_s:.1f} s; served at {url}/v1 with the {args.prefix_cache} cache\n")
+            print("streamed: ", end="", flush=True)
+            for chunk in client.chat.completions.create(**ask, stream=True):
+                print(chunk.choices[0].delta.content or "", end="", flush=True)
+            print("\n")
     if args.answer_only:
-        print(answers[0].choices[0].text)
+        print(answers[0].choices[0].message.content)
         return 0
-    print(f"model loaded in {load_s:.1f} s; served at {url}/v1 with the {args.prefix_cache} cache\n")
-    print(f"answer: {answers[0].choices[0].text}\n")
     for name, answer in zip(("first ask ", "second ask"), answers):
         use = answer.usage
         print(f"{name}: {use.prompt_tokens_details.cached_tokens:4d}/{use.prompt_tokens} prompt tokens from the "
               f"cache, {use.completion_tokens} generated ({answer.choices[0].finish_reason})")
-    same = "identical" if answers[1].choices[0].text == answers[0].choices[0].text else "DIFFERENT (a bug!)"
+    same = "identical" if answers[1].choices[0].message.content == answers[0].choices[0].message.content \
+        else "DIFFERENT (a bug!)"
     print(f"second answer: {same}")
     engine.check_invariants()
     return 0

@@ -79,9 +79,10 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
 
 def completion(rid: str, model: str, text: str, finish_reason: str | None, use: dict | None = None,
                chunk: bool = False) -> dict:
-    """A `text_completion` body, or one chunk of its stream."""
-    body = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]}
+    """A `text_completion` body, or one chunk of its stream (the usage chunk that ends a stream has no choices)."""
+    choices = [] if chunk and use is not None else [{"index": 0, "text": text, "logprobs": None,
+                                                     "finish_reason": finish_reason}]
+    body = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model, "choices": choices}
     if use is not None or not chunk:
         body["usage"] = use
     return body

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from course.report import Rendered, register, table
 
-ENDPOINTS = [("`POST /v1/completions`", "a text or token ids; JSON"),
+ENDPOINTS = [("`POST /v1/completions`", "a text or token ids; JSON, or server-sent events with `stream`"),
+             ("`POST /v1/chat/completions`", "messages, through the model's chat template; JSON or events"),
              ("`GET /v1/models`", "the one model served"),
              ("`GET /health`", "ok while the engine loop runs, 503 otherwise")]
 

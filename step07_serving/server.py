@@ -12,6 +12,7 @@ command line the real one, through the same code.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -21,17 +22,20 @@ from dataclasses import dataclass
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
 
-from course.chat import stop_ids
+from course.chat import chat_ids, stop_ids
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine
 
 from . import protocol
 from .async_engine import AsyncEngine, Delta, EngineDead
-from .protocol import CompletionRequest, OpenAIError
+from .detokenize import IncrementalText
+from .protocol import ChatCompletionRequest, CompletionRequest, OpenAIError
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+CHAT_DEFAULT_MAX_TOKENS = 256  # a chat answer without max_tokens: this much at most, or what the context leaves
 
 
 @dataclass
@@ -71,6 +75,35 @@ class Served:
 
     def text(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    async def events(self, rid: int, name: str, num_prompt_tokens: int, chat: bool,
+                     include_usage: bool) -> AsyncIterator[str]:
+        """The request's answer as server-sent events, OpenAI's way: a chunk per piece of text (a chat's first chunk
+        carries the role), the finish reason on the last, then the usage if asked, then `[DONE]`. An engine that
+        stops mid-answer ends the stream with an error event."""
+        text, tokens, last = IncrementalText(self.tokenizer), 0, None
+        if chat:
+            yield sse(protocol.chat_chunk(name, self.model, {"role": "assistant", "content": ""}, None))
+        try:
+            async for last in self.engine.stream(rid):
+                tokens += len(last.token_ids)
+                piece = text.add(last.token_ids, final=last.finish_reason is not None)
+                if piece or last.finish_reason:
+                    yield sse(protocol.chat_chunk(name, self.model, {"content": piece} if piece else {},
+                                                  last.finish_reason) if chat else
+                              protocol.completion(name, self.model, piece, last.finish_reason, chunk=True))
+        except EngineDead as e:
+            yield sse(OpenAIError(503, str(e)).body())
+        if include_usage and last is not None:
+            use = protocol.usage(num_prompt_tokens, tokens, last.num_cached_tokens)
+            yield sse(protocol.chat_chunk(name, self.model, {}, None, use) if chat else
+                      protocol.completion(name, self.model, "", None, use, chunk=True))
+        yield "data: [DONE]\n\n"
+
+
+def sse(body: dict) -> str:
+    """One server-sent event."""
+    return f"data: {json.dumps(body)}\n\n"
 
 
 async def collect(deltas: AsyncIterator[Delta]) -> tuple[list[int], Delta]:
@@ -147,18 +180,42 @@ def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[], Non
         return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "kvcourse",
                                             "max_model_len": engine.model.config.max_position_embeddings}]}
 
+    async def answer(request: Request, body: protocol._Sampling, ids: list[int], max_tokens: int | None,
+                     default: int, chat: bool):
+        """Queue the request, then answer it as one JSON body or as a stream of server-sent events. However the
+        handler ends (finished, client gone, an error), the request is aborted if it still runs: `abort` of a
+        finished request does nothing."""
+        params = served.sampling(body, max_tokens, len(ids), default)
+        rid = await served.add(ids, params)
+        name = protocol.request_id("chatcmpl" if chat else "cmpl")
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(served.events(rid, name, len(ids), chat, include_usage),
+                                     media_type="text/event-stream",
+                                     background=BackgroundTask(served.engine.abort, rid))
+        try:
+            done = await unless_disconnected(request, collect(served.engine.stream(rid)))
+        finally:
+            served.engine.abort(rid)
+        if done is None:  # the client is gone: nobody to answer
+            return None
+        tokens, last = done
+        use = protocol.usage(len(ids), len(tokens), last.num_cached_tokens)
+        build = protocol.chat_completion if chat else protocol.completion
+        return build(name, model, served.text(tokens), last.finish_reason, use)
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         served.check_model(body.model)
         ids = tokenizer(body.prompt)["input_ids"] if isinstance(body.prompt, str) else body.prompt
-        params = served.sampling(body, body.max_tokens, len(ids), COMPLETION_DEFAULT_MAX_TOKENS)
-        rid = await served.add(ids, params)
-        done = await unless_disconnected(request, collect(served.engine.stream(rid)))
-        if done is None:
-            return None
-        tokens, last = done
-        return protocol.completion(protocol.request_id("cmpl"), model, served.text(tokens), last.finish_reason,
-                                   protocol.usage(len(ids), len(tokens), last.num_cached_tokens))
+        return await answer(request, body, ids, body.max_tokens, COMPLETION_DEFAULT_MAX_TOKENS, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request):
+        served.check_model(body.model)
+        ids = chat_ids(tokenizer, [m.model_dump() for m in body.messages])
+        return await answer(request, body, ids, body.max_completion_tokens or body.max_tokens,
+                            CHAT_DEFAULT_MAX_TOKENS, chat=True)
 
     return app
 
