@@ -1,14 +1,16 @@
 """Pictures of chapter 5's bridge: the three layers in one DOT picture (the tree, the requests that lock it,
-the pool with every block's ref_count) and as text."""
+the pool with every block's ref_count) and as text; and the mini-runtime textbook's tree, before and after the
+split of its example, with the offsets drawn."""
 from __future__ import annotations
 
-from course.draw import Dot, words
+from course.draw import Dot, esc, words
 from step02_paged.geometry import PoolGeometry
 from step03_prefix_hash.pictures import three_chats
 from step04_radix.pictures import Decode, draw_tree, tree_text
 
 from .block_radix_tree import BlockRadixTree
 from .bridge_cache import BridgeKVCacheManager
+from .offset_tree import OffsetRadixTree
 
 
 def bridge_text(kv: BridgeKVCacheManager, decode: Decode | None = None) -> str:
@@ -90,10 +92,59 @@ def tier_scenario() -> BridgeKVCacheManager:
     return kv
 
 
+def _tokens(tokens: list[int], decode: Decode | None, most: int = 4) -> str:
+    """The first `most` tokens, decoded or as ids."""
+    shown = decode(tokens[:most]) if decode else " ".join(map(str, tokens[:most]))
+    return shown + (" …" if len(tokens) > most else "")
+
+
+def draw_offset_tree(dot: Dot, tree: OffsetRadixTree, decode: Decode | None = None, prefix: str = "n") -> None:
+    """Add the textbook's tree to `dot`: each node with the path positions its edge covers and its blocks, the dead
+    slots at the head of a branch's first block in grey (its offset); each edge with its first tokens, a bar where
+    the branch's own tokens start."""
+    dot.node(f"{prefix}{tree.root.id}", "root", shape="ellipse", fillcolor="#eeeeee")
+    for node in tree.nodes():
+        start, end = tree.depth(node.parent), tree.depth(node)
+        cells = "".join((f'<TD BGCOLOR="#cccccc">slots 0–{node.offset - 1}</TD>' if i == 0 and node.offset else "")
+                        + f"<TD>{b}</TD>" for i, b in enumerate(node.value))
+        note = f"offset {node.offset}: own tokens from {start + node.offset}" if node.offset else "offset 0"
+        width = len(node.value) + (node.offset > 0)
+        dot.raw(f'"{prefix}{node.id}" [shape=plaintext, style="", label=<<TABLE BORDER="0" CELLBORDER="1" '
+                f'CELLSPACING="0"><TR><TD COLSPAN="{width}">positions {start}–{end - 1}</TD></TR><TR>{cells}</TR>'
+                f'<TR><TD COLSPAN="{width}">{note}</TD></TR></TABLE>>];')
+        key = [t for block in node.key for t in block]
+        label = (f"{_tokens(key[: node.offset], decode)} | " if node.offset else "") + \
+            _tokens(key[node.offset:], decode)
+        dot.edge(f"{prefix}{node.parent.id}", f"{prefix}{node.id}", label)
+
+
+def offset_split_dot(decode: Decode | None = None, name: str = "offset_split") -> str:
+    """The mini-runtime textbook's example in its own numbers (block size 16): request 1, 48 tokens (ids 10..57) in
+    blocks 100, 101, 102; request 2 shares its first 20 tokens and fills block 200. Before: one edge. After: the
+    split falls at 16, the upper node keeps 100, both branches start at 16 with offset 4 (slots 0-3 of 101 and of
+    200 hold the same four tokens, computed twice)."""
+    first = list(range(10, 58))
+    second = first[:20] + list(range(90, 102))
+    before, after = OffsetRadixTree(16), OffsetRadixTree(16)
+    for tree in (before, after):
+        tree.insert(first, [100, 101, 102])
+    after.insert(second, [100, 200])
+    dot = Dot(name, rankdir="LR", nodesep="0.2", ranksep="0.3")
+    for key, title, tree in (("a", "after: request 2 shares 20 tokens, the split falls at 16", after),
+                             ("b", "before: request 1 cached", before)):  # graphviz stacks the later one on top
+        dot.raw(f'subgraph cluster_{key} {{ label="{esc(title)}"; fontname="Helvetica"; fontsize=10; '
+                'style="rounded"; color="#888888";')
+        draw_offset_tree(dot, tree, decode, prefix=key)
+        dot.raw("}")
+    return dot.source()
+
+
 def lesson_figures() -> dict[str, str]:
     """Chapter 3's scenario on the bridge: request 0 has finished (its blocks stay, held by the tree alone),
     requests 1 and 2 share the system prompt's blocks. Both counts show: the shared node has lock_ref 2, its
-    blocks ref_count 3 (the tree and two requests)."""
+    blocks ref_count 3 (the tree and two requests). Then the host tier's scenario, and the mini-runtime textbook's
+    split with its offsets."""
     kv = BridgeKVCacheManager(PoolGeometry(10, 4))
     three_chats(kv)
-    return {"bridge": bridge_dot(kv, words, name="bridge"), "host_tier": tier_dot(tier_scenario(), words)}
+    return {"bridge": bridge_dot(kv, words, name="bridge"), "host_tier": tier_dot(tier_scenario(), words),
+            "offset_split": offset_split_dot()}

@@ -90,3 +90,17 @@ def test_branch_offset_examples():
     assert branch_offset(FIRST[16:32], [SECOND[16:32]]) == 4
     assert branch_offset([1, 2, 3], []) == 0
     assert branch_offset([1, 2, 3, 4], [[1, 2, 9, 9], [1, 2, 3, 9], [7, 2, 3, 4]]) == 3
+
+
+def test_the_picture_draws_the_split_with_its_offsets():
+    from step05_bridge.pictures import offset_split_dot
+
+    dot = offset_split_dot()
+    assert dot == offset_split_dot(), "deterministic"
+    before, after = dot.split("cluster_b")[1], dot.split("cluster_a")[1].split("cluster_b")[0]
+    assert "positions 0–47" in before and "<TD>100</TD><TD>101</TD><TD>102</TD>" in before and "slots 0–" not in before
+    assert '<TD BGCOLOR="#cccccc">slots 0–3</TD><TD>101</TD><TD>102</TD>' in after, "the dead slots of 101, greyed"
+    assert '<TD BGCOLOR="#cccccc">slots 0–3</TD><TD>200</TD>' in after and "positions 0–15" in after
+    assert after.count("offset 4: own tokens from 20") == 2
+    assert '"26 27 28 29 | 30 31 32 33 …"' in after and '"26 27 28 29 | 90 91 92 93 …"' in after, \
+        "each branch's edge: its dead slots' tokens, a bar, its own"
