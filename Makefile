@@ -50,7 +50,7 @@ bench: .venv/.installed
 	$(PY) -m course bench step05 --workload multi_turn --save --json | tail -1
 	$(PY) -m course bench step04 --workload multi_doc --save --json | tail -1
 	$(PY) -m course bench step05 --workload multi_doc --save --json | tail -1
-	$(PY) -m step05_bridge.bench --save | tail -1
+	$(PY) -m benchmarks.step05.bench --save | tail -1
 	$(PY) -m course bench step06 --workload fp8 --save --json | tail -1
 	@echo "chapter 6 measures on a GPU: python -m step06_triton.measure.kernels --part kernels --out step06_triton/results/h200.json;"
 	@echo "  python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json; python -m step06_triton.measure.cascade --out step06_triton/results/h200_cascade.json;"

@@ -455,12 +455,12 @@ def _multi_doc_admissions(policy: str, pool: str) -> tuple[list[str], list[int]]
     """Admission order of `multi_doc` as the chapter's policy bench runs it (two seats), on a tiny model (which
     request runs when depends on token counts only, not on the weights), and how many times each document was
     computed (by a request that found less than half its prompt cached)."""
+    from benchmarks.step04.policies import pools, run_policy
+    from benchmarks.step04.report import request_label
     from course.pretrained import load_tokenizer
     from course.workloads import MULTI_DOC_DOCUMENTS, get_workload
     from step04_radix import RadixKVCacheManager
     from step04_radix.policy import make_policy
-    from step04_radix.policy_bench import pools, run_policy
-    from step04_radix.report import request_label
 
     prompts = get_workload("multi_doc").prompts(load_tokenizer())
     model = tiny_model(seed=7, vocab_size=49152, max_position_embeddings=4096, num_layers=1, hidden_size=32,

@@ -432,8 +432,8 @@ def test_step03_readme():
 
 def test_step04_readme():
     from benchmarks.step03.bench import BLOCK_SIZE as B
+    from benchmarks.step04.bench import bookkeeping_bench
     from course.workloads import DIVERGE_SHARED_PREFIX
-    from step04_radix.bench import bookkeeping_bench
     from step04_radix.policy import FCFS_ABOVE
 
     path = "step04_radix/README.md"
@@ -477,7 +477,7 @@ def test_step05_readme():
     from course.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
     from step02_paged.config import EngineConfig
     from step05_bridge import BridgeKVCacheManager
-    from step05_bridge import bench as designs_bench
+    from benchmarks.step05 import bench as designs_bench
 
     path = "step05_bridge/README.md"
     B = EngineConfig().block_size
@@ -520,7 +520,7 @@ def test_step05_readme():
          f"~{rates['load_tokens_s'] / 1e6:.1f} million")
     run = figures("step05", "long")
     designs = figures("step05", "designs")
-    bench_source = (REPO_ROOT / "step05_bridge" / "bench.py").read_text()
+    bench_source = (REPO_ROOT / "benchmarks" / "step05" / "bench.py").read_text()
     sizes = designs["block_sizes"]
     toy_layers = re.search(r"num_layers=(\d+)", bench_source)[1]
     says(path, f"engine ({run['block_size']}-token blocks) with its cache off",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from benchmarks.step04 import bench
+from benchmarks.step04 import policies as policy_bench
 from course.bench import BENCHES
 from course.tiny import tiny_model
-from step04_radix import bench, policy_bench
 
 
 def test_registered_under_the_chapter_name():

@@ -215,7 +215,7 @@ def test_real_model_bench_short_and_diverge(monkeypatch):
     import argparse
 
     import course.bench
-    from step04_radix.bench import bench_step04
+    from benchmarks.step04.bench import bench_step04
 
     every = course.bench.hf_prefix_baselines
     monkeypatch.setattr(course.bench, "hf_prefix_baselines",

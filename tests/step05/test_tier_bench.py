@@ -2,7 +2,7 @@
 turns recovers a fixed cost and a cost per token (on made-up outputs; timings themselves are not tested)."""
 from types import SimpleNamespace
 
-from step05_bridge.tier_bench import ttft_fit
+from benchmarks.step05.tier import ttft_fit
 
 
 def test_ttft_fit_recovers_a_fixed_cost_and_a_cost_per_token():

@@ -2,7 +2,7 @@
 off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus the cost of the
 tree's bookkeeping. `python -m course report` sets its results beside chapter 3's, workload by workload.
 
-`--workload multi_doc` compares the waiting-queue policies instead (policy_bench.py), on chapter 3's hash and
+`--workload multi_doc` compares the waiting-queue policies instead (policies.py), on chapter 3's hash and
 this chapter's tree."""
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from statistics import median
 from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
 from step02_paged import Engine, EngineConfig, KVCacheManager
+from step04_radix.radix_cache import RadixKVCacheManager
+from step04_radix.radix_tree import RadixTree
 
-from . import policy_bench
-from .radix_cache import RadixKVCacheManager
-from .radix_tree import RadixTree
+from . import policies
 
 BOOKKEEPING_BUDGET_US = 100.0  # match + lock + insert + unlock of a 2k-token request
 
@@ -32,10 +32,10 @@ def pool_slots(workload: str, max_new_tokens: int) -> int:
 
 @register("step04")
 def bench_step04(args: argparse.Namespace) -> dict:
-    if args.workload == policy_bench.WORKLOAD:
+    if args.workload == policies.WORKLOAD:
         from step03_prefix_hash import PrefixCachingKVCacheManager
 
-        return policy_bench.compare_policies("step04", {"hash": (PrefixCachingKVCacheManager, 16),
+        return policies.compare_policies("step04", {"hash": (PrefixCachingKVCacheManager, 16),
                                                         "radix": (RadixKVCacheManager, 1)}, args)
     args.workload = args.workload or "short"
     args.max_new_tokens = args.max_new_tokens or 8

@@ -19,7 +19,7 @@ from course.report import (
 )
 from course.workloads import MULTI_DOC_DOCUMENTS
 
-from .policy_bench import WORKLOAD as POLICY_WORKLOAD
+from .policies import WORKLOAD as POLICY_WORKLOAD
 
 POLICY_COLORS = {"fcfs": COLORS["off"], "lpm": COLORS["step04"], "dfs-weight": "tab:purple"}  # bounded lpm: hatched
 

@@ -1,8 +1,8 @@
 """`python -m course bench step05 --workload <name> [--json]`: the engine with the bridge (block_size 16), cache
 off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus per-round hit rates;
-`--workload multi_turn` compares the host tier off and on instead (tier_bench.py).
+`--workload multi_turn` compares the host tier off and on instead (tier.py).
 
-`python -m step05_bridge.bench [--workloads ...] [--block-sizes 16 4 1]` compares the three designs of chapters
+`python -m benchmarks.step05.bench [--workloads ...] [--block-sizes 16 4 1]` compares the three designs of chapters
 3-5 without the model's cost getting in the way: on the same sequential requests it prints the prompt tokens
 each design reuses (chapter 3's block hash and the bridge at several block sizes, chapter 4's slot tree) and
 the cache manager's bookkeeping per request (admit, publish or insert, free), in microseconds.
@@ -23,8 +23,7 @@ from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.geometry import cdiv
 from step02_paged.scheduler import admit
-
-from .bridge_cache import BridgeKVCacheManager
+from step05_bridge.bridge_cache import BridgeKVCacheManager
 
 BLOCK_SIZE = 16
 
@@ -40,11 +39,11 @@ def bench_step05(args: argparse.Namespace) -> dict:
 
     args.workload = args.workload or "short"
     if args.workload == "multi_turn":  # the host tier's bench: tier off vs on, not cache off vs on
-        from .tier_bench import tier_bench
+        from .tier import tier_bench
         return tier_bench(args)
-    from step04_radix import policy_bench
-    if args.workload == policy_bench.WORKLOAD:  # chapter 4's scheduling policies, on the bridge
-        return policy_bench.compare_policies("step05", {"bridge": (BridgeKVCacheManager, BLOCK_SIZE)}, args)
+    from benchmarks.step04 import policies
+    if args.workload == policies.WORKLOAD:  # chapter 4's scheduling policies, on the bridge
+        return policies.compare_policies("step05", {"bridge": (BridgeKVCacheManager, BLOCK_SIZE)}, args)
     args.max_new_tokens = args.max_new_tokens or 8
     workload = get_workload(args.workload)
     prompts = workload.prompts(load_tokenizer(args.model))
@@ -135,7 +134,7 @@ def compare(workloads: list[str], block_sizes: list[int], repeats: int = 5) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m step05_bridge.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.step05.bench", description=__doc__)
     p.add_argument("--workloads", nargs="+", default=["short", "long", "shared_prefix", "diverge"])
     p.add_argument("--block-sizes", nargs="+", type=int, default=[16, 4, 1])
     p.add_argument("--repeats", type=int, default=5, help="warm passes timed for the bookkeeping median")
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_grad_enabled(False)
-    meta = results.started("python -m step05_bridge.bench " + " ".join(argv if argv is not None else sys.argv[1:]))
+    meta = results.started("python -m benchmarks.step05.bench " + " ".join(argv if argv is not None else sys.argv[1:]))
     rows = compare(args.workloads, args.block_sizes, args.repeats)
     names = [k for k in rows[0] if k not in ("workload", "prompt_tokens")]
     print(f"{'workload':<9} {'design':<14} {'cached tokens':>14} {'hit rate':>9} {'bookkeeping µs':>15}")

@@ -19,9 +19,8 @@ from course.bench import p99, progress, run_sequential
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.geometry import cdiv
-
-from .bridge_cache import BridgeKVCacheManager
-from .host_pool import HostPool
+from step05_bridge.bridge_cache import BridgeKVCacheManager
+from step05_bridge.host_pool import HostPool
 
 
 def tier_bench(args: argparse.Namespace) -> dict:

@@ -26,9 +26,8 @@ from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.cache_manager import CacheManager
 from step02_paged.geometry import PoolGeometry, cdiv
-
-from .policy import POLICIES, LongestPrefixMatch, make_policy
-from .radix_cache import RadixKVCacheManager
+from step04_radix.policy import POLICIES, LongestPrefixMatch, make_policy
+from step04_radix.radix_cache import RadixKVCacheManager
 
 WORKLOAD = "multi_doc"  # the workload built for it: `python -m course bench step04 --workload multi_doc`
 SEATS = 2  # few seats: the order of admission is what the policy decides

@@ -130,7 +130,7 @@ def render() -> Rendered:
                              for n in names])) + "\n"
     text += short_prompt_block(need("step05", "short"), d, results.load("step06", "h200_engine"))
     if results.load("step05", "multi_doc") is not None:  # chapter 4's policies, run on the bridge
-        from step04_radix.report import policy_block
+        from benchmarks.step04.report import policy_block
 
         policy_text, policy_plots = policy_block("step05", "bridge")
         text += policy_text
