@@ -43,14 +43,19 @@ class _Stream:
     sent: int = 0  # output tokens handed to the queue so far
 
 
+Finished = list[tuple[RequestOutput, str]]  # the requests that ended in a pass of the loop, and why
+
+
 class AsyncEngine:
     """Owns an `Engine`; `add` queues a request (a ValueError from the engine means nothing was queued), `stream`
-    yields its deltas and aborts it if the consumer stops early. `after_step()` runs in the loop after every pass
-    (metrics, KV events), where reading the engine is safe."""
+    yields its deltas and aborts it if the consumer stops early. `after_step(finished)` runs in the loop after every
+    pass (metrics, KV events), where reading the engine is safe; `finished` holds the requests that ended in the pass
+    and why ("stop", "length" or "abort")."""
 
-    def __init__(self, engine: Engine, after_step: Callable[[], None] | None = None) -> None:
+    def __init__(self, engine: Engine, after_step: Callable[[Finished], None] | None = None) -> None:
         self.engine = engine
-        self._after_step = after_step or (lambda: None)
+        self._after_step = after_step or (lambda finished: None)
+        self._finished: Finished = []
         self._inbox: deque[tuple] = deque()
         self._streams: dict[int, _Stream] = {}
         self._wake = asyncio.Event()
@@ -118,7 +123,8 @@ class AsyncEngine:
         try:
             while True:
                 self._apply_inbox()
-                self._after_step()
+                self._after_step(self._finished)
+                self._finished = []
                 if not self.engine.has_unfinished():
                     self._wake.clear()
                     if not self._inbox:
@@ -153,7 +159,7 @@ class AsyncEngine:
             elif kind == "abort" and args[0] in self._streams:
                 del self._streams[args[0]]
                 if args[0] in self.engine.seqs:
-                    self.engine.abort(args[0])
+                    self._finished.append((self.engine.abort(args[0]), "abort"))
 
     def _deliver(self, finished: list[RequestOutput]) -> None:
         """Hand every live request the tokens the step added: O(live requests), from the sequences' own lists."""
@@ -163,6 +169,7 @@ class AsyncEngine:
                 last = out.output_ids[-1] if out.output_ids else None
                 reason = "stop" if last in stream.params.stop_token_ids else "length"
                 stream.queue.put_nowait(Delta(out.output_ids[stream.sent:], reason, out.num_cached_tokens))
+                self._finished.append((out, reason))
         for rid, stream in self._streams.items():
             ids = self.engine.seqs[rid].output_ids
             if len(ids) > stream.sent:

@@ -6,11 +6,13 @@ from course.report import Rendered, register, table
 ENDPOINTS = [("`POST /v1/completions`", "a text or token ids; JSON, or server-sent events with `stream`"),
              ("`POST /v1/chat/completions`", "messages, through the model's chat template; JSON or events"),
              ("`GET /v1/models`", "the one model served"),
+             ("`GET /metrics`", "Prometheus' text format, under vLLM's names: running, waiting, KV usage, prefix hits"),
              ("`GET /health`", "ok while the engine loop runs, 503 otherwise")]
 
 
 def headline() -> str:
-    return "the course's engine behind an OpenAI-compatible server: " + ", ".join(e for e, _ in ENDPOINTS)
+    return ("the course's engine behind an OpenAI-compatible server: `POST /v1/completions`, "
+            "`POST /v1/chat/completions`, `GET /v1/models`, `GET /health`")
 
 
 @register("step07", headline)

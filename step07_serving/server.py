@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 
 from course.chat import chat_ids, stop_ids
@@ -30,8 +31,9 @@ from step01_kvcache.request import SamplingParams
 from step02_paged import Engine
 
 from . import protocol
-from .async_engine import AsyncEngine, Delta, EngineDead
+from .async_engine import AsyncEngine, Delta, EngineDead, Finished
 from .detokenize import IncrementalText
+from .metrics import EngineMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, OpenAIError
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -136,14 +138,21 @@ async def unless_disconnected(request: Request, work: Awaitable) -> object:
     return None if gone else task.result()
 
 
-def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[], None] | None = None) -> FastAPI:
-    """The app, serving `engine` under the name `model`. Its engine loop starts and stops with the app."""
+def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[Finished], None] | None = None) -> FastAPI:
+    """The app, serving `engine` under the name `model`. Its engine loop starts and stops with the app; after every
+    pass it updates the metrics, then calls `after_step`."""
     served: Served | None = None
+    metrics = EngineMetrics(engine, model)
+
+    def observe(finished: Finished) -> None:
+        metrics.update(finished)
+        if after_step is not None:
+            after_step(finished)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         nonlocal served
-        served = Served(AsyncEngine(engine, after_step), tokenizer, model)
+        served = Served(AsyncEngine(engine, observe), tokenizer, model)
         served.engine.start()
         app.state.served = served
         yield
@@ -174,6 +183,10 @@ def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[], Non
     async def health() -> JSONResponse:
         problem = served.engine.problem()
         return JSONResponse({"status": problem or "ok"}, status_code=503 if problem else 200)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def models() -> dict:
