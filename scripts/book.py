@@ -348,6 +348,7 @@ def mkdocs_config(book: Book, out: Path) -> str:
             "pymdownx.superfences", "pymdownx.details", "pymdownx.inlinehilite",
         ],
         "not_in_nav": f"/{CODE_DIR}/**\n",
+        "exclude_docs": f"!/{CODE_DIR}/**\n",  # MkDocs skips dot-folders; a lesson may show .github/'s files
         "validation": {"nav": {"omitted_files": "info"},
                        "links": {"not_found": "warn", "anchors": "warn", "unrecognized_links": "warn"}},
         "hooks": [str(Path(__file__).resolve())],
