@@ -42,6 +42,8 @@ CODE_DIR = "code"  # the staged pages that show source files
 PICTURES = {".svg", ".png", ".jpg", ".jpeg", ".gif", ".webp"}
 LANGUAGES = {".py": "python", ".json": "json", ".toml": "toml", ".yml": "yaml", ".yaml": "yaml", ".sh": "bash",
              ".md": "markdown", ".dot": "dot", ".cfg": "ini", ".ini": "ini", ".txt": "text", ".log": "text"}
+# Source pages stay out of the search index: the lessons name the code, and the index stays small enough to load fast.
+NOT_SEARCHED = "---\nsearch:\n  exclude: true\n---\n"
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 
@@ -256,11 +258,11 @@ class Stager:
         fence = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", source)), default=0))
         lang = LANGUAGES.get(posixpath.splitext(path)[1], "text")
         self._write(posixpath.join(CODE_DIR, path + ".md"),
-                    f"# `{path}`\n\n{fence}{lang}\n{source.rstrip()}\n{fence}\n")
+                    f"{NOT_SEARCHED}# `{path}`\n\n{fence}{lang}\n{source.rstrip()}\n{fence}\n")
 
     def _write_folder(self, folder: str) -> None:
         inside = [p for p in sorted(self.files) if p.startswith(folder + "/")]
-        lines = [f"# `{folder}/`", ""]
+        lines = [f"{NOT_SEARCHED}# `{folder}/`", ""]
         for path in inside:
             rel = posixpath.relpath(path, folder)
             if _is_text(self.root / path):
