@@ -16,6 +16,9 @@ from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step05_bridge import BridgeKVCacheManager
 
+from .cache_events import cached_blocks, with_events
+from .kv_events import CacheView, EventLog, ZmqPublisher
+from .pictures import events_text
 from .server import make_app, running
 
 DESIGNS = {"none": KVCacheManager, "hash": PrefixCachingKVCacheManager, "radix": RadixKVCacheManager,
@@ -31,12 +34,13 @@ def engine_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def make_engine(model, args: argparse.Namespace) -> Engine:
-    """The engine the options describe; the radix cache stores one token per slot."""
+def make_engine(model, args: argparse.Namespace, log: EventLog) -> Engine:
+    """The engine the options describe, its cache reporting KV events to `log`; the radix cache stores one token per
+    slot."""
     block_size = 1 if args.prefix_cache == "radix" else args.block_size
     config = EngineConfig(num_blocks=POOL_TOKENS // max(1, block_size), block_size=block_size,
                           max_num_seqs=args.max_num_seqs)
-    return Engine(model, config, DESIGNS[args.prefix_cache])
+    return Engine(model, config, with_events(DESIGNS[args.prefix_cache], log))
 
 
 def serve(argv: list[str]) -> int:
@@ -46,16 +50,28 @@ def serve(argv: list[str]) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="the address to bind (default: this machine only)")
     parser.add_argument("--model", default=None, help="a checkpoint folder or .gguf file (default: SmolLM2)")
     parser.add_argument("--served-model-name", default=DEFAULT_MODEL, help="the name clients ask for")
+    parser.add_argument("--kv-events-port", type=int, default=None,
+                        help="publish KV-cache events in vLLM's format on this ZMQ PUB port (default: none)")
     args = parser.parse_args(argv)
     model, tok, load_s = timed_load(args.model)
+    log = EventLog()
     try:
-        engine = make_engine(model, args)
+        engine = make_engine(model, args, log)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"model loaded in {load_s:.1f} s; {args.prefix_cache} cache, {engine.config.num_blocks} blocks of "
           f"{engine.config.block_size}; serving {args.served_model_name!r} on http://{args.host}:{args.port}/v1")
-    uvicorn.run(make_app(engine, tok, args.served_model_name), host=args.host, port=args.port, log_level="info")
+    publisher = None
+    if args.kv_events_port is not None:
+        publisher = ZmqPublisher(f"tcp://{args.host}:{args.kv_events_port}")
+        print(f"KV events on {publisher.endpoint}, topic {publisher.topic.decode()!r}")
+    after_step = (lambda finished: publisher.publish(log.take())) if publisher else (lambda finished: log.take())
+    try:
+        uvicorn.run(make_app(engine, tok, args.served_model_name, after_step), host=args.host, port=args.port)
+    finally:
+        if publisher is not None:
+            publisher.close()
     return 0
 
 
@@ -64,12 +80,18 @@ def demo(argv: list[str]) -> int:
     import openai
 
     model, tok, load_s = timed_load(args.model)
+    log, view, batches = EventLog(), CacheView(), []
     try:
-        engine = make_engine(model, args)
+        engine = make_engine(model, args, log)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with running(make_app(engine, tok, DEFAULT_MODEL)) as url:
+
+    def keep_events(finished) -> None:  # what a publisher would send, kept here to show it
+        if events := log.take():
+            batches.append(events)
+
+    with running(make_app(engine, tok, DEFAULT_MODEL, keep_events)) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         ask = dict(model=DEFAULT_MODEL, messages=chat(args.prompt, args.system), max_tokens=args.max_new_tokens,
                    temperature=0)
@@ -95,6 +117,13 @@ def demo(argv: list[str]) -> int:
         else "DIFFERENT (a bug!)"
     print(f"second answer: {same}")
     engine.check_invariants()
+    for events in batches:
+        for event in events:
+            view.apply(event)
+    print(f"\nKV events the cache published, in vLLM's format ({len(batches)} batches, one per step that changed the "
+          f"cache):\n{events_text(batches, tok.decode)}")
+    same = "equal" if view.blocks == cached_blocks(engine.cache_manager) else "DIFFERENT (a bug!)"
+    print(f"the {len(view.blocks)} blocks rebuilt from the events alone and the cache's own: {same}")
     return 0
 
 

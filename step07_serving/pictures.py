@@ -1,7 +1,12 @@
-"""Pictures of chapter 7: the server around the engine (who runs where, what crosses between them)."""
+"""Pictures of chapter 7: the server around the engine (who runs where, what crosses between them), and the KV events
+a cache published, as text."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from course.draw import Dot
+
+from .kv_events import BlockRemoved, BlockStored, KVCacheEvent
 
 
 def server_dot(name: str = "server") -> str:
@@ -33,3 +38,29 @@ def server_dot(name: str = "server") -> str:
 def lesson_figures() -> dict[str, str]:
     """The figures of the lesson, by name."""
     return {"server": server_dot()}
+
+
+def events_text(batches: list[list[KVCacheEvent]], decode: Callable[[list[int]], str] | None = None,
+                width: int = 60) -> str:
+    """KV-event batches as lines: each event, its blocks' short hashes and parent, the text of stored blocks."""
+    lines = []
+    for n, batch in enumerate(batches):
+        for event in batch:
+            name = type(event).__name__
+            if isinstance(event, BlockStored):
+                text = decode(event.token_ids) if decode else str(event.token_ids)
+                text = text.replace("\n", " ")
+                lines.append(f"batch {n}: {name} {len(event.block_hashes)} x {event.block_size} tokens "
+                             f"{_short(event.block_hashes)} after {_short([event.parent_block_hash])} "
+                             f"{text[:width]!r}{'...' if len(text) > width else ''}")
+            elif isinstance(event, BlockRemoved):
+                lines.append(f"batch {n}: {name} {_short(event.block_hashes)}")
+            else:
+                lines.append(f"batch {n}: {name}")
+    return "\n".join(lines)
+
+
+def _short(hashes: list[int | None]) -> str:
+    """Hashes as their first 4 hex digits (of 16), `root` for a first block's missing parent."""
+    shown = ["root" if h is None else f"{h:016x}"[:4] for h in hashes[:3]]
+    return "[" + ", ".join(shown) + (f", ... {len(hashes) - 3} more" if len(hashes) > 3 else "") + "]"
