@@ -35,8 +35,10 @@ def branch_offset(first: Sequence[int], siblings: Iterable[Sequence[int]]) -> in
     """The offset of a branch whose first block holds the tokens `first`: how many of its leading tokens some
     sibling's first block holds too (the most over `siblings`; 0 without any). Those slots were computed in both
     branches and can be lent by neither: the tokens they share end inside the block."""
+    # BEGIN SOLUTION task5.offset points=2
     first = list(first)
     return max((common_prefix_len(first, list(other)) for other in siblings), default=0)
+    # END SOLUTION
 
 
 class OffsetNode(TreeNode):
@@ -135,8 +137,8 @@ class OffsetRadixTree:
 
     # ---- reading, in tokens ------------------------------------------------------------------------------
     def span(self, start: int, end: int) -> int:
-        """Blocks that the tokens at positions [start, end) fill (both are block boundaries on a path here)."""
-        return end // self.block_size - start // self.block_size
+        """Blocks that the tokens at positions [start, end) fill: every edge starts and ends on a block boundary."""
+        return (end - start) // self.block_size
 
     def depth(self, node: TreeNode) -> int:
         return self.blocks.depth(node) * self.block_size

@@ -58,7 +58,7 @@ def test_cache_on_matches_step01_twice(model, reference, bs, chunked):
 @pytest.mark.parametrize("bs", [1, 4, 16])
 def test_hits_equal_the_bridge_and_the_hash(model, bs):
     """Where the split falls changes no hit: on the same sequential requests the textbook's tree reuses exactly
-    what the bridge and chapter 3's hash of full blocks reuse."""
+    what the bridge and chapter 3's hash of full blocks reuse, and caches as many blocks as the bridge."""
     prompts = shared_prompts(12, seed=4) * 2
     params = SamplingParams(max_new_tokens=3)
     config = EngineConfig(num_blocks=256, block_size=bs, max_num_seqs=4, max_num_batched_tokens=32)
@@ -69,6 +69,8 @@ def test_hits_equal_the_bridge_and_the_hash(model, bs):
     ideal = [min(r, len(p) - 1) // bs * bs for r, p in zip(reusable_tokens(prompts), prompts)]
     assert all(h == ideal for h in hits.values()), hits
     assert sum(ideal) > 0
+    assert engines["offset"].cache_manager.num_cached_blocks == engines["bridge"].cache_manager.num_cached_blocks, \
+        "and the trees hold the same blocks: the full blocks of every prompt"
 
 
 def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):

@@ -86,10 +86,25 @@ def test_check_invariants_names_a_wrong_offset():
         tree.check_invariants()
 
 
-def test_branch_offset_examples():
+@pytest.mark.task("task5.offset")
+def test_branch_offset_of_the_textbook_split():
+    """The first prompt's second block against the second prompt's: they share 4 leading tokens, either way round."""
     assert branch_offset(FIRST[16:32], [SECOND[16:32]]) == 4
+    assert branch_offset(SECOND[16:32], (b for b in [FIRST[16:32]])) == 4, "siblings may come as any iterable"
+
+
+@pytest.mark.task("task5.offset")
+def test_branch_offset_is_the_most_any_sibling_shares():
+    assert branch_offset([1, 2, 3, 4], [[1, 2, 9, 9], [1, 2, 3, 9], [7, 2, 3, 4]]) == 3, \
+        "leading tokens only: the last sibling shares three tokens, none of them at the head"
+    assert branch_offset((5, 6, 7), [(5, 6, 8), (9, 9, 9)]) == 2, "blocks may come as tuples (the tree's keys)"
+    assert branch_offset([5, 6, 7], [[5, 6]]) == 2, "a shorter block: a match at the end of a request's tokens"
+
+
+@pytest.mark.task("task5.offset")
+def test_branch_offset_without_a_sibling_is_zero():
     assert branch_offset([1, 2, 3], []) == 0
-    assert branch_offset([1, 2, 3, 4], [[1, 2, 9, 9], [1, 2, 3, 9], [7, 2, 3, 4]]) == 3
+    assert branch_offset([1, 2, 3], [[4, 2, 3]]) == 0, "the first slot differs: no dead slot"
 
 
 def test_the_picture_draws_the_split_with_its_offsets():
