@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import threading
@@ -128,12 +129,98 @@ def _text(html_fragment: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", html_fragment)).replace("¶", "").split())
 
 
-def _render(chromium: str, url: str, png, profile) -> subprocess.CompletedProcess:
-    """One headless Chromium run: a screenshot of `url` into `png`, and its DOM, after scripts ran, on stdout."""
+def _flags(profile) -> list[str]:
+    """Headless, offline (every host name but 127.0.0.1 fails to resolve: a page that needs the network shows it)."""
     sandbox = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses to run as root
-    return subprocess.run([chromium, "--headless", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-                           "--no-first-run", f"--user-data-dir={profile}", *sandbox, "--window-size=1280,1600",
-                           f"--screenshot={png}", "--dump-dom", url], capture_output=True, text=True, timeout=60)
+    return ["--headless", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars", "--no-first-run",
+            f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", *sandbox]
+
+
+def _render(chromium: str, url: str, png, profile) -> subprocess.CompletedProcess:
+    """One headless Chromium run: a screenshot of `url` into `png`, and its DOM, after scripts ran, on stdout.
+    Tried twice: on a loaded machine a browser start can fail for reasons of its own."""
+    cmd = [chromium, *_flags(profile), "--window-size=1280,1600", f"--screenshot={png}", "--dump-dom", url]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return run if run.returncode == 0 else subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+class DevTools:
+    """Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe: commands on its fd 3, answers
+    on its fd 4, each a JSON object ending in NUL), with nothing but the standard library."""
+
+    def __init__(self, chromium: str, profile):
+        to_chrome, self._write = os.pipe()
+        self._read, from_chrome = os.pipe()
+        self.proc = subprocess.Popen(
+            ["bash", "-c", f'exec "$0" "$@" 3<&{to_chrome} 4>&{from_chrome}', chromium, *_flags(profile),
+             "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(to_chrome, from_chrome), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_chrome)
+        os.close(from_chrome)
+        self._buffer, self._id, self.events = b"", 0, []
+
+    def send(self, method: str, session: str | None = None, timeout: float = 30, **params):
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params} | ({"sessionId": session} if session else {})
+        os.write(self._write, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._next(timeout)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return reply["result"]
+            self.events.append(reply)
+
+    def wait_for(self, event: str, timeout: float = 30) -> dict:
+        while True:
+            found = next((e for e in self.events if e.get("method") == event), None)
+            if found:
+                self.events.remove(found)
+                return found
+            self.events.append(self._next(timeout))
+
+    def _next(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while b"\0" not in self._buffer:
+            left = deadline - time.monotonic()
+            assert left > 0 and select.select([self._read], [], [], left)[0], "Chromium did not answer in time"
+            chunk = os.read(self._read, 1 << 16)
+            assert chunk, "Chromium closed its DevTools pipe"
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def close(self):
+        os.close(self._write)
+        os.close(self._read)
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+SEARCH_RESULTS = """new Promise(done => { const start = Date.now(); (function poll() {
+  const hits = [...document.querySelectorAll('.md-search-result__item a')].map(a => a.getAttribute('href'));
+  if (hits.length || Date.now() - start > 20000) done(hits); else setTimeout(poll, 100); })(); })"""
+
+
+def test_search_finds_a_chapter_offline(builder, site, server, chromium, tmp_path):
+    """The site's own search, in the browser with no network: searching `radix` lists pages, chapter 4's among them."""
+    browser = DevTools(chromium, tmp_path / "profile")
+    try:
+        target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+        session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        browser.send("Page.enable", session)
+        browser.send("Page.navigate", session, url=server + "index.html?q=radix")
+        browser.wait_for("Page.loadEventFired")
+        hits = browser.send("Runtime.evaluate", session, timeout=40, expression=SEARCH_RESULTS, awaitPromise=True,
+                            returnByValue=True)["result"]["value"]
+    finally:
+        browser.close()
+    assert hits, "searching the site for 'radix' found nothing (no results within 20 s)"
+    pages = sorted({h.removeprefix(server).split("?")[0] for h in hits})
+    assert "step04_radix/index.html" in pages, f"chapter 4 is not among the results: {pages}"
 
 
 def _variance(png) -> float:
