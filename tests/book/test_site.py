@@ -7,6 +7,7 @@ import html
 import http.server
 import json
 import os
+import posixpath
 import re
 import select
 import shutil
@@ -258,3 +259,12 @@ def test_each_chapter_opens_in_a_browser_with_its_title(builder, site, server, c
             failures.append(f"{url}: the unit's title {title!r} is not its page's heading (headings: {headings})")
     assert not failures, "\n".join(failures)
     assert time.perf_counter() - start < 90, f"rendering the chapters took {time.perf_counter() - start:.0f} s"
+
+
+def test_every_page_links_the_next_one_in_reading_order(builder, site):
+    urls = [builder.page_url(p) for p in builder.load_book(ROOT).pages]
+    footer = re.compile(r'<a href="([^"]*)" class="md-footer__link md-footer__link--next"')
+    for here, after in zip(urls, urls[1:]):
+        found = footer.findall((site.path / here).read_text())
+        links = [posixpath.normpath(posixpath.join(posixpath.dirname(here), f)) for f in found]
+        assert links == [after], f"{here}: its 'next' link goes to {links}, not to {after}"
