@@ -52,10 +52,10 @@ bench: .venv/.installed
 	$(PY) -m course bench step05 --workload multi_doc --save --json | tail -1
 	$(PY) -m benchmarks.step05.bench --save | tail -1
 	$(PY) -m course bench step06 --workload fp8 --save --json | tail -1
-	@echo "chapter 6 measures on a GPU: python -m step06_triton.measure.kernels --part kernels --out step06_triton/results/h200.json;"
-	@echo "  python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json; python -m step06_triton.measure.cascade --out step06_triton/results/h200_cascade.json;"
-	@echo "  python -m step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json; python -m step06_triton.measure.speculative --out step06_triton/results/h200_speculative.json;"
-	@echo "  with FlashInfer's wheels (see its docstring): python -m step06_triton.measure.flashinfer_anchor --out step06_triton/results/h200_flashinfer.json"
+	@echo "chapter 6 measures on a GPU: python -m benchmarks.step06.kernels --part kernels --out step06_triton/results/h200.json;"
+	@echo "  python -m benchmarks.step06.engine --out step06_triton/results/h200_engine.json; python -m benchmarks.step06.cascade --out step06_triton/results/h200_cascade.json;"
+	@echo "  python -m benchmarks.step06.fp8 --out step06_triton/results/h200_fp8.json; python -m benchmarks.step06.speculative --out step06_triton/results/h200_speculative.json;"
+	@echo "  with FlashInfer's wheels (see its docstring): python -m benchmarks.step06.flashinfer_anchor --out step06_triton/results/h200_flashinfer.json"
 	$(MAKE) report
 	@echo "answer keys quote measured numbers: .venv/bin/python -m pytest -q tests/instructors names each one this run moved"
 

@@ -44,12 +44,14 @@ PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, 
 FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
 MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
 MAX_SPLITS = 64  # the merge holds every split of a head in registers
-DECODE_TILE = {64: (64, 4), 128: (64, 4)}  # head_dim -> (BLOCK_N, num_warps), from `measure/kernels.py --part sweep`
+# head_dim -> (BLOCK_N, num_warps), from `python -m benchmarks.step06.kernels --part sweep`
+DECODE_TILE = {64: (64, 4), 128: (64, 4)}
 # Over an FP8 pool the weights p_j s_j reach fp16 times this power of two (`attend_tile`, `values`): large enough
 # that a row whose largest value is 0.001 keeps fp16's full precision for every weight p_j above 0.03, small enough
 # that only values above 28,000 would overflow fp16.
 VALUE_SCALE = tl.constexpr(1024.0)
-DECODE_TILE_FP8 = {64: (128, 4), 128: (128, 4)}  # an FP8 pool: twice the keys per tile, the best of `measure/fp8.py`
+# an FP8 pool: twice the keys per tile, the best of `python -m benchmarks.step06.fp8`
+DECODE_TILE_FP8 = {64: (128, 4), 128: (128, 4)}
 
 
 @triton.jit
@@ -423,8 +425,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     in a CUDA graph and replayed with other `seq_lens`. `partials` (at least `max_splits` slots) lets a caller
     reuse one buffer for every layer of a step instead of allocating one per launch. `tuning` (`decode_splits`'s
     keywords): `num_sms` (default: the device's) and `min_split_len` set the rule; the tile and warp defaults
-    (`DECODE_TILE`; `DECODE_TILE_FP8` over an FP8 pool, from `measure/fp8.py`) are the best of
-    `measure/kernels.py --part sweep` on an H200; `kv_scales`, a float8_e4m3fn
+    (`DECODE_TILE`; `DECODE_TILE_FP8` over an FP8 pool, from `benchmarks/step06/fp8.py`) are the best of
+    `benchmarks/step06/kernels.py --part sweep` on an H200; `kv_scales`, a float8_e4m3fn
     pool's scales of the layer."""
     out = check_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, out)
     if max_splits is None:

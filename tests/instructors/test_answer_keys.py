@@ -20,6 +20,8 @@ from collections import defaultdict
 import pytest
 import torch
 
+from benchmarks.step06 import engine_report
+from benchmarks.step06 import report as step06_report
 from course import results
 from course.chapters import chapters
 from course.paths import REPO_ROOT
@@ -28,8 +30,6 @@ from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
 from step02_paged.geometry import PoolGeometry, cdiv
-from step06_triton import report as step06_report
-from step06_triton.measure import engine_report
 
 KEYS = REPO_ROOT / "instructors" / "answers"
 pytestmark = pytest.mark.skipif(not KEYS.is_dir(), reason="the answer keys are not part of a student release")
@@ -140,7 +140,7 @@ def _hash_hit(a: list[int], b: list[int], block_size: int = 16) -> int:
 
 def _long_on_the_gpu() -> tuple[int, int]:
     """Chapter 6's `long` workload: (prompt tokens, tokens a warm request computes past its cached blocks)."""
-    from step06_triton.measure.engine import workload
+    from benchmarks.step06.engine import workload
 
     prompts, _ = workload("long", SMOLLM2_135M["vocab_size"])
     shared = next(i for i, (x, y) in enumerate(zip(prompts[0], prompts[1])) if x != y)
@@ -647,8 +647,8 @@ def test_step06_q1_intensity_and_ridge():
 
 
 def test_step06_q2_splitting_a_ragged_batch():
+    from benchmarks.step06.kernels import RAGGED, ragged_lengths
     from step06_triton.decode_attention import DECODE_TILE, FILL_PER_SM, MIN_SPLIT_LEN, PROGRAMS_PER_SM, split_plan_host
-    from step06_triton.measure.kernels import RAGGED, ragged_lengths
 
     res = step06_report.load()["kernels"]
     sms = res["machine"]["sms"]
@@ -707,7 +707,7 @@ def test_step06_q6_an_empty_context():
 
 
 def test_step06_q7_the_two_loops_from_their_parts():
-    from step06_triton.measure.engine import floor_us
+    from benchmarks.step06.engine import floor_us
     e = engine_report.load()
     d, big = e["smollm2_135m"]["random"]["decode"], e["llama_3_2_1b"]["random"]["decode"]
     fastest = step06_report.fastest_copy(step06_report.load())
@@ -785,8 +785,8 @@ def test_step06_q11_a_short_chunk_splits_its_prefix():
 
 
 def test_step06_q12_fp8_bytes_and_rounding():
+    from benchmarks.step06.fp8_accuracy import LLAMA_3_8B
     from step02_paged.fp8_pool import FP8_MAX, KVScales, dequantize, make_kv_pool, quantize, token_scales
-    from step06_triton.measure.fp8_accuracy import LLAMA_3_8B
 
     smollm2 = ModelConfig(**SMOLLM2_135M)
     sizes = {}
@@ -836,8 +836,8 @@ def test_step06_q12_fp8_bytes_and_rounding():
 
 
 def test_step06_q13_the_split_axes_of_a_decode_graph():
+    from benchmarks.step06.kernels import GRAPH_CONTEXT
     from step06_triton.decode_attention import MIN_SPLIT_LEN, num_kv_splits, split_bucket, split_buckets
-    from step06_triton.measure.kernels import GRAPH_CONTEXT
 
     kv, batch, context, longest = SMOLLM2_135M["num_kv_heads"], 64, 300, SMOLLM2_135M["max_position_embeddings"]
     buckets = split_buckets(longest)

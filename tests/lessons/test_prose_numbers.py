@@ -27,12 +27,12 @@ from collections import defaultdict
 
 import pytest
 
+from benchmarks.step06 import engine_report
+from benchmarks.step06 import report as step06_report
 from course.homework_tool.release import is_release
 from course.markdown import Document, documents, prose
 from course.paths import REPO_ROOT
 from course.tiny import SMOLLM2_135M
-from step06_triton import report as step06_report
-from step06_triton.measure import engine_report
 
 from .conftest import MOVED
 
@@ -473,11 +473,11 @@ def test_step04_readme():
 def test_step05_readme():
     import inspect
 
+    from benchmarks.step05 import bench as designs_bench
     from course.chat import chat_ids
     from course.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
     from step02_paged.config import EngineConfig
     from step05_bridge import BridgeKVCacheManager
-    from benchmarks.step05 import bench as designs_bench
 
     path = "step05_bridge/README.md"
     B = EngineConfig().block_size
@@ -503,6 +503,15 @@ def test_step05_readme():
          f"the same token {cut}),", f"after {part % B} tokens, and reuses {cut} tokens",
          f"reuses all {first}.", f"prompt's token {part} and the second prompt's token {cut}",
          f"(tokens {cut}–{part - 1} are matched", f"reusing tokens {cut}–{part - 1} takes")
+    from step05_bridge.pictures import offset_split_dot  # the textbook's design built: the same example, drawn
+
+    drawn = offset_split_dot()
+    assert drawn.count(f"offset {part % B}: own tokens from {part}") == 2 and "<TD>200</TD>" in drawn
+    says(path, f"request 1 ({first} tokens) is cached in blocks 100, 101 and 102; request 2 shares its first {part}",
+         f"Its match returns block 100 ({cut} tokens) and offset {part % B}",
+         f"the first prompt's branch blocks 101 and 102 with offset {part % B}, and the second prompt's branch block "
+         f"200, from token {cut}", f"branch starts at token {part} and tokens {cut}–{part - 1} are on no edge",
+         "the upper node holds block 100", "But block 101 holds their K/V", "whoever reuses block 101")
     least = inspect.signature(BridgeKVCacheManager.__init__).parameters["min_load_tokens"].default
     says(path, f"({least} by default): a shorter span")
     bf16 = kv_bytes(2)
@@ -568,10 +577,10 @@ def _pct(x: float) -> str:
 def test_step06_theory():
     import torch
 
+    from benchmarks.step06.kernels import HEADS, RAGGED, UNIFORM_SHAPES
     from step06_triton import cascade as cascade_kernels
     from step06_triton import cascade_engine, cuda_graph, decode_attention, extend_attention
     from step06_triton.cascade import CascadeGrid
-    from step06_triton.measure.kernels import HEADS, RAGGED, UNIFORM_SHAPES
 
     path = "step06_triton/README.md"
     kernels = step06_report.load()["kernels"]
@@ -616,7 +625,7 @@ def test_step06_theory():
     for r in short["rows"]:  # each floor's best tile, per head shape
         best[r["heads"], r["min_split_len"]] = min(best.get((r["heads"], r["min_split_len"]), float("inf")), r["us"])
     floor = decode_attention.MIN_SPLIT_LEN
-    from step06_triton.measure.kernels import SHORT
+    from benchmarks.step06.kernels import SHORT
     says(path, f"({short['lengths']['batch']} contexts of {SHORT['low']} to {short['lengths']['max']:,} tokens",
          f"takes {best['9/3x64', floor]:.1f} µs with\nSmolLM2's heads where a floor of 256 tokens would take "
          f"{best['9/3x64', 256]:.1f} and one of 32 takes {best['9/3x64', 32]:.1f}, and "
@@ -676,13 +685,13 @@ def test_step06_theory():
     sizes = cuda_graph.EXTEND_SIZES
     says(path, f"padded to {sizes[0]}, {sizes[1]}, … {sizes[4]} tokens")
     says(path, f"SmolLM2 ({S['num_kv_heads']} KV heads of {S['head_dim']} dimensions, {S['num_layers']} layers, bf16)")
-    system = re.search(r"system = ids\((\d+)\)", (REPO_ROOT / "step06_triton" / "measure" / "engine.py").read_text())[1]
+    system = re.search(r"system = ids\((\d+)\)", (REPO_ROOT / "benchmarks" / "step06" / "engine.py").read_text())[1]
     says(path, f"requests share a\n{int(system):,}-token system prompt")
 
 
 def _first_warm_long(block: int = 16) -> tuple[int, int]:
     """`long`'s first warm request, as chapter 6's GPU bench runs it: (its prompt tokens, the tokens it computes)."""
-    from step06_triton.measure.engine import workload as gpu_workload
+    from benchmarks.step06.engine import workload as gpu_workload
 
     every, _ = gpu_workload("long", S["vocab_size"])
     shared = next(i for i, (x, y) in enumerate(zip(every[0], every[1])) if x != y)
@@ -694,8 +703,8 @@ def _cascade() -> dict:
 
 
 def test_step06_measured():
+    from benchmarks.step06.kernels import PREFILL_SHAPE
     from step06_triton import extend_attention
-    from step06_triton.measure.kernels import PREFILL_SHAPE
 
     path = "step06_triton/README.md"
     kernels = step06_report.load()["kernels"]
@@ -733,8 +742,8 @@ def test_step06_measured():
          f"at {uniform['batch']} × {uniform['context']:,} and {long['batch']} × {long['context'] // 1024}k "
          "(the target")
     ragged1 = _decode_row("32/8x128", True, 1)
+    from benchmarks.step06.kernels import GRAPH_CONTEXT
     from step06_triton.decode_attention import split_bucket, split_buckets
-    from step06_triton.measure.kernels import GRAPH_CONTEXT
     one_axis_splits, one_axis_tb_s = ragged["graph_grid_splits"], ragged["triton_graph_grid_tb_s"]
     bucket = split_bucket(split_buckets(GRAPH_CONTEXT), ragged["context"])
     assert bucket == ragged["max_splits"], "the lesson says the captured step replays the eager launch"
@@ -779,8 +788,8 @@ def test_step06_measured():
     number = lambda goal: re.search(r"([\d.]+)(?: ms|x HF)", goal["goal"])[1]  # noqa: E731
     profile = {row["function"].split("(")[-1].rstrip(")"): row for row in long_run["host_profile"]["functions"]}
     products = [us / n for name, n, us in dec["kernel_profile"] if name.startswith("nvjet") and n >= 30]
-    from step06_triton.measure.engine import floor_us
-    from step06_triton.report import fastest_copy, load
+    from benchmarks.step06.engine import floor_us
+    from benchmarks.step06.report import fastest_copy, load
     says(path, f"the overlapped engine makes {small_e['random']['engine_overlap']['ratio_vs_hf_static']}x Hugging",
          f"(against a target of {float(number(ratio)):g}x: {'met' if ratio['met'] else 'missed'})",
          f"{big_e['random']['engine_overlap']['ratio_vs_hf_static']}x on the 1B shape and "
@@ -813,9 +822,9 @@ def test_step06_fp8():
 
     import torch
 
+    from benchmarks.step06.fp8_report import REQUESTS_OF
     from step02_paged.fp8_pool import FP8_MAX, KVScales, token_scales
     from step06_triton import decode_attention
-    from step06_triton.measure.fp8_report import REQUESTS_OF
     from step06_triton.pictures import fp8_block_dot
     from step06_triton.store_kvcache import scale_layout
 
@@ -922,8 +931,8 @@ def test_step06_fp8():
                "promise")
     assert 1.0 < big["fp8_token"]["tokens_vs_bf16"] < float(wanted), "they gain, but less than the bytes promise"
     # the ablation: each variant's best tile against the bf16 pool
-    from step06_triton.measure import fp8_report
-    from step06_triton.measure.kernels import HEADS
+    from benchmarks.step06 import fp8_report
+    from benchmarks.step06.kernels import HEADS
     ab = fp8_report.load_ablation()
     ref = ab["variants"]["kernel"]
     ratio = lambda v, pool="fp8_token": fp8_report.best(ab["variants"][v]["decode"]["32/8x128"], pool,  # noqa: E731
@@ -966,7 +975,7 @@ def test_step06_fp8():
 
 def test_step06_flashinfer():
     """The lesson's reading of the FlashInfer anchor: every ratio from results/h200_flashinfer.json."""
-    from step06_triton.measure.kernels import HEADS
+    from benchmarks.step06.kernels import HEADS
     path = "step06_triton/README.md"
     fi = json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_flashinfer.json").read_text())
     rows = fi["decode"]

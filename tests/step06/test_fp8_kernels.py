@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
+from benchmarks.step06.fp8 import pool_differences
 from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
 from step02_paged.fp8_pool import FP8, FP8_MAX, dequantize, quantize, token_scales
@@ -23,7 +24,6 @@ from step06_triton.cascade import CascadeGroup, CascadeMetadata, cascade_decode_
 from step06_triton.decode_attention import paged_decode_attention
 from step06_triton.engine import make_engine
 from step06_triton.extend_attention import extend_attention
-from step06_triton.measure.fp8 import pool_differences
 from step06_triton.store_kvcache import store_kvcache
 from tests.driver import drive_to_end, shared_prompts
 from tests.step06.test_kernels import (
@@ -282,7 +282,7 @@ def test_every_ablation_variant_patches_the_kernel_it_names(tmp_path):
     replaces in the kernel (it raises otherwise) and leave Python that parses; only `kernel` is the kernel itself."""
     import ast
 
-    from step06_triton.measure import fp8_ablation
+    from benchmarks.step06 import fp8_ablation
     kernel = (fp8_ablation.PACKAGE / "decode_attention.py").read_text()
     for variant in fp8_ablation.VARIANTS:
         source = (fp8_ablation.patched(variant, tmp_path / variant) / "step06_triton" / "decode_attention.py")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from step06_triton.measure import fp8_report
-from step06_triton.measure.fp8_accuracy import VARIANTS
+from benchmarks.step06 import fp8_report
+from benchmarks.step06.fp8_accuracy import VARIANTS
 
 
 def pool_row(ratio: float) -> dict:
@@ -17,7 +17,7 @@ def pool_row(ratio: float) -> dict:
 
 @pytest.fixture
 def gpu() -> dict:
-    """A result shaped as `python -m step06_triton.measure.fp8` writes it (numbers made up)."""
+    """A result shaped as `python -m benchmarks.step06.fp8` writes it (numbers made up)."""
     extend = dict(batch=4, prefixes=[4096] * 4, news=[2048] * 4, flops=1, bf16=dict(rel_err=0.003, tflop_s=400.0),
                   fp8_token=dict(rel_err=0.004, tflop_s=401.0, vs_bf16=1.002),
                   fp8_static=dict(rel_err=0.004, tflop_s=402.0, vs_bf16=1.005))
@@ -92,7 +92,7 @@ def test_the_pool_bytes_sentence_names_the_first_layer_that_differs(gpu):
 
 def test_the_ablation_table_orders_the_variants_and_reports_a_failed_one():
     ab = fp8_report.load_ablation()
-    assert ab is not None, "results/h200_fp8_ablation.json is missing: python -m step06_triton.measure.fp8_ablation"
+    assert ab is not None, "results/h200_fp8_ablation.json is missing: python -m benchmarks.step06.fp8_ablation"
     ab["variants"]["normalised_weights"] = dict(error="Traceback ... RuntimeError: boom")
     text = "\n".join(fp8_report.ablation(ab))
     assert "| `normalised_weights` | failed: Traceback ... RuntimeError: boom |" in text

@@ -388,7 +388,7 @@ def test_a_launch_of_one_split_runs_no_merge(monkeypatch):
 def test_flashinfer_page_lists_are_the_block_tables_pages():
     """The FlashInfer anchor hands FlashInfer the course's block tables as its page lists: each sequence's pages
     in order, its last page's token count, and nothing of the table's padding."""
-    from step06_triton.measure.flashinfer_anchor import page_lists
+    from benchmarks.step06.flashinfer_anchor import page_lists
 
     table = torch.tensor([[7, 2, 9, 0], [4, 0, 0, 0], [1, 3, 5, 6]], dtype=torch.int32)
     indptr, indices, last = page_lists(table, [33, 16, 49], block_size=16)

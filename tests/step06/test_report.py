@@ -8,23 +8,24 @@ from dataclasses import asdict
 import pytest
 
 from course import report as course_report
-from step06_triton import pictures, report
+from step06_triton import pictures
+from benchmarks.step06 import report
 from tests.driver import demo_answer_matches_step01
 
 
 def test_readme_results_are_the_reports_output():
     readme = report.README.read_text()
     assert report.readme_block(readme) == report.block(report.load(), report.engine_report.load()), \
-        "README.md's results block is stale: run `python -m step06_triton.report --write`"
+        "README.md's results block is stale: run `python -m benchmarks.step06.report --write`"
     assert course_report.readme_block(readme, *report.RULE) == report.split_rule(report.load()), \
-        "README.md's launch-rule numbers (Theory) are stale: run `python -m step06_triton.report --write`"
+        "README.md's launch-rule numbers (Theory) are stale: run `python -m benchmarks.step06.report --write`"
 
 
 def test_every_target_is_stated_with_its_measurement():
     """The kernels' targets as their run judged them; the engine's and cascade's judged from the data by the
     report (so a target changed since a run is judged on the numbers, not on the run's own verdict)."""
+    from benchmarks.step06 import cascade, cascade_report, engine
     from course.report import fmt
-    from step06_triton.measure import cascade, cascade_report, engine
 
     res, e = report.load(), report.engine_report.load()
     goals = res["kernels"]["goals"] + engine.goals({k: v for k, v in e.items() if k in ("smollm2_135m",

@@ -1,14 +1,14 @@
-"""`python -m step06_triton.report [--write]`: the chapter's tables and plots, from results/h200.json (kernels),
+"""`python -m benchmarks.step06.report [--write]`: the chapter's tables and plots, from results/h200.json (kernels),
 results/h200_flashinfer.json (FlashInfer beside them), results/h200_engine.json (the engine,
-measure/engine_report.py), results/h200_cascade.json (cascade attention), results/h200_fp8.json and
+benchmarks/step06/engine_report.py), results/h200_cascade.json (cascade attention), results/h200_fp8.json and
 results/h200_fp8_ablation.json (the FP8 cache) and results/h200_speculative.json (the verify step).
 
-Runs on a CPU: it only reads the JSON that `python -m step06_triton.measure.kernels --part kernels --out
-step06_triton/results/h200.json`, `python -m step06_triton.measure.engine --out step06_triton/results/h200_engine.json`
-and `python -m step06_triton.measure.cascade --out step06_triton/results/h200_cascade.json` wrote on the GPU.
+Runs on a CPU: it only reads the JSON that `python -m benchmarks.step06.kernels --part kernels --out
+step06_triton/results/h200.json`, `python -m benchmarks.step06.engine --out step06_triton/results/h200_engine.json`
+and `python -m benchmarks.step06.cascade --out step06_triton/results/h200_cascade.json` wrote on the GPU.
 Prints the markdown that README.md shows between its
 `results` markers; `--write` also puts it there, with the launch rule's before / after between the `split-rule`
-markers of the Theory and the FP8 cache's trade-off between its `fp8` markers (measure/fp8_report.py, from
+markers of the Theory and the FP8 cache's trade-off between its `fp8` markers (benchmarks/step06/fp8_report.py, from
 results/fp8.json and results/h200_fp8.json), and redraws results/roofline.svg.
 """
 from __future__ import annotations
@@ -20,17 +20,17 @@ from pathlib import Path
 
 from course import report as course_report
 from course.report import met
+from step06_triton.decode_attention import split_bucket, split_buckets
 
-from .decode_attention import split_bucket, split_buckets
-from .measure import cascade_report, engine_report, fp8_report, speculative_report
-from .measure.flashinfer_anchor import goals as anchor_goals
-from .measure.flashinfer_anchor import row_key
-from .measure.kernels import GRAPH_CONTEXT
+from . import cascade_report, engine_report, fp8_report, speculative_report
+from .common import CHAPTER, RESULTS
+from .flashinfer_anchor import goals as anchor_goals
+from .flashinfer_anchor import row_key
+from .kernels import GRAPH_CONTEXT
 
-RESULTS = Path(__file__).parent / "results"
-README = Path(__file__).parent / "README.md"
-BEGIN, END = "<!-- results:begin (python -m step06_triton.report --write) -->", "<!-- results:end -->"
-RULE = "<!-- split-rule:begin (python -m step06_triton.report --write) -->", "<!-- split-rule:end -->"
+README = CHAPTER / "README.md"
+BEGIN, END = "<!-- results:begin (python -m benchmarks.step06.report --write) -->", "<!-- results:end -->"
+RULE = "<!-- split-rule:begin (python -m benchmarks.step06.report --write) -->", "<!-- split-rule:end -->"
 FP8 = "<!-- fp8:begin (python -m course report --write) -->", "<!-- fp8:end -->"
 COLORS = {"triton": "tab:red", "gather": "tab:orange", "flex": "tab:blue", "contiguous": "tab:green"}
 
@@ -41,7 +41,7 @@ def load(path: Path = RESULTS / "h200.json") -> dict:
 
 
 def load_anchor(path: Path = RESULTS / "h200_flashinfer.json") -> dict:
-    """FlashInfer beside the kernels (measure/flashinfer_anchor.py), or {} before it ran."""
+    """FlashInfer beside the kernels (benchmarks/step06/flashinfer_anchor.py), or {} before it ran."""
     return json.loads(path.read_text()) if path.exists() else {}
 
 

@@ -1,6 +1,6 @@
 """The FP8 KV cache's numbers, from results/fp8.json (the real model's accuracy, on a CPU: `python -m course bench
 step06 --workload fp8 --save`) and results/h200_fp8.json (the kernels and the capacity, on a GPU: `python -m
-step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json`). `section` is the lesson's trade-off table
+benchmarks.step06.fp8 --out step06_triton/results/h200_fp8.json`). `section` is the lesson's trade-off table
 (README's `fp8` markers, in the Theory), `tables` the GPU's part of *Measured here*; report.py registers both.
 Nothing here measures."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ from course import results
 from course.report import fmt, met, provenance, table
 from step02_paged.geometry import cdiv
 
+from .common import RESULTS
 from .fp8_accuracy import first_divergence
 from .kernels import PREFILL_SHAPE
 
-RESULTS = Path(__file__).parent.parent / "results"
-GPU_COMMAND = "python -m step06_triton.measure.fp8 --out step06_triton/results/h200_fp8.json"
+GPU_COMMAND = "python -m benchmarks.step06.fp8 --out step06_triton/results/h200_fp8.json"
 IDENTITY_ENGINES = ["triton", "triton_graphs_fused_overlap", "triton_graphs_fused_cascade"]  # measure/fp8.py's runs
 DECODE_HEADS, DECODE_TARGET = "32/8x128", 1.8  # the ragged decode's target: context tokens/s over the bf16 pool's
 CPU_COMMAND = "python -m course bench step06 --workload fp8 --save"

@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.kernels [--part kernels|sweep|short|all|ncu] [--json] [--out FILE]`: the chapter's
+"""`python -m benchmarks.step06.kernels [--part kernels|sweep|short|all|ncu] [--json] [--out FILE]`: the chapter's
 kernels on a GPU, against what a user would pick instead, side by side in one run.
 
 Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-3-8B layer) and 9 / 3 of 64
@@ -17,7 +17,7 @@ Kernels (bf16), two head shapes: 32 query / 8 KV heads of head_dim 128 (a Llama-
 `--part short` times the floor of the split rule (`min_split_len`) and the tile on the decode batch of an engine
 step: 64 contexts of 20..1,600 tokens (the `random` workload's), both head shapes;
 `--part ncu` runs the prefill kernel and FlexAttention's once each, for Nsight Compute.
-The engine end to end is engine.py's (`python -m step06_triton.measure.engine`, its own JSON).
+The engine end to end is engine.py's (`python -m benchmarks.step06.engine`, its own JSON).
 
 Every timing is the median of `triton.testing.do_bench` over replays of a CUDA graph of the call (CUDA events,
 warm-up first, L2 flushed before each replay); every kernel is checked against an fp32 reference on fresh
@@ -39,8 +39,7 @@ import torch.nn.functional as F
 
 from step01_kvcache.attention import attention
 from step02_paged.geometry import cdiv
-
-from ..decode_attention import (
+from step06_triton.decode_attention import (
     DECODE_TILE,
     Partials,
     num_kv_splits,
@@ -49,8 +48,9 @@ from ..decode_attention import (
     split_buckets,
     split_plan_host,
 )
-from ..extend_attention import extend_attention
-from ..store_kvcache import store_kvcache
+from step06_triton.extend_attention import extend_attention
+from step06_triton.store_kvcache import store_kvcache
+
 from .common import ceilings, checked, copy_bandwidth, eager_ms, machine, median_ms, needs_gpu, rel_err
 
 HEADS = {"32/8x128": (32, 8, 128), "9/3x64": (9, 3, 64)}  # query heads, KV heads, head_dim
@@ -418,7 +418,7 @@ def sweep() -> dict:
     """The launch configurations the kernels' defaults come from: decode tiles (BLOCK_N, warps) and the ragged
     rule's programs per SM, on the ragged batch and the uniform 64 x 4096, both head shapes; prefill tiles on
     the uniform and the ragged prefill."""
-    from . import decode_attention as da
+    from step06_triton import decode_attention as da
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rag = ragged_lengths(RAGGED["batch"], 1, RAGGED["max_context"], RAGGED["seed"])
     b0, c0 = UNIFORM_SHAPES[0]
@@ -539,13 +539,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     ap.add_argument("--out", type=Path, help="also write the JSON to this file (e.g. results/h200.json)")
     args = ap.parse_args(argv)
-    if not needs_gpu("step06_triton.measure.kernels"):
+    if not needs_gpu("benchmarks.step06.kernels"):
         return 2
     torch._dynamo.config.cache_size_limit = 64  # FlexAttention compiles once per shape; the bench has a dozen
     if args.part == "ncu":
         run_once_for_ncu()
         return 0
-    command = " ".join(["python -m step06_triton.measure.kernels", *(sys.argv[1:] if argv is None else argv)])
+    command = " ".join(["python -m benchmarks.step06.kernels", *(sys.argv[1:] if argv is None else argv)])
     keep = json.loads(args.out.read_text()) if args.out and args.out.is_file() and args.part != "all" else {}
     result: dict = dict(chapter="step06", machine=keep.get("machine") or machine(),
                         **{k: v for k, v in keep.items() if k not in ("chapter", "machine")})

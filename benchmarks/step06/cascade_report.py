@@ -1,4 +1,4 @@
-"""Cascade attention's measured results, from results/h200_cascade.json (`python -m step06_triton.measure.cascade`):
+"""Cascade attention's measured results, from results/h200_cascade.json (`python -m benchmarks.step06.cascade`):
 one layer's decode attention with and without cascade, the engine end to end, and the targets met or missed.
 report.py puts it under the engine's tables; nothing here measures."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from course.report import met, table
 
 from .cascade import goals
+from .common import RESULTS
 
-RESULTS = Path(__file__).parent.parent / "results"
 SHAPES = {"llama_3_2_1b": "a Llama-3.2-1B layer (32/8 x 64)", "smollm2_135m": "SmolLM2-135M (9/3 x 64)",
           "smollm2_135m_two_prompts": "SmolLM2-135M, two prompts of 4,096"}
 
@@ -22,7 +22,7 @@ def load(path: Path = RESULTS / "h200_cascade.json") -> dict | None:
 def tables(res: dict | None) -> str:
     lines = ["#### Cascade attention", ""]
     if res is None:
-        return "\n".join(lines + ["No measurement committed yet: `python -m step06_triton.measure.cascade --out "
+        return "\n".join(lines + ["No measurement committed yet: `python -m benchmarks.step06.cascade --out "
                                   "step06_triton/results/h200_cascade.json` on a GPU writes it.", ""])
     m = res["machine"]
     lines += [f"Measured on {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, Triton {m['triton']}, by "

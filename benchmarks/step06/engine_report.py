@@ -1,5 +1,5 @@
 """The engine's half of chapter 6's measured results, from results/h200_engine.json (`python -m
-step06_triton.measure.engine`):
+benchmarks.step06.engine`):
 throughput against Hugging Face `generate`, where a decode step's time goes, the write-up's time-to-first-token
 benchmark, chapter 5's host tier on the GPU, the targets met or missed, and the timeline of host and GPU per step.
 report.py puts it under the kernels' tables; nothing here measures."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 from course.report import met
 
+from .common import RESULTS
 from .engine import floor_us, goals
 
-RESULTS = Path(__file__).parent.parent / "results"
 MODELS = {"smollm2_135m": "SmolLM2-135M's shape", "llama_3_2_1b": "a Llama-3.2-1B shape"}
 CONTENDERS = {"engine_sync": "engine, synchronous (chapter 2's loop)", "engine_overlap": "engine, overlapped",
               "engine_no_cache": "engine, overlapped, no prefix cache",

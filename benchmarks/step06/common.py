@@ -13,12 +13,14 @@ from pathlib import Path
 
 import torch
 
+from course.paths import REPO_ROOT
 from course.results import machine as host_machine
 from course.tiny import SMOLLM2_135M, tiny_model
 from step01_kvcache.model import Transformer
 from step01_kvcache.rope import RotaryEmbedding
 
-RESULTS = Path(__file__).parent.parent / "results"
+CHAPTER = REPO_ROOT / "step06_triton"  # the chapter this measures: its lesson, and its results beside it
+RESULTS = CHAPTER / "results"
 LLAMA_3_2_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32,
                     num_kv_heads=8, head_dim=64, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
                     tie_word_embeddings=True)

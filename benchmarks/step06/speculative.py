@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.speculative [--out FILE]`: what a verify step costs on a GPU.
+"""`python -m benchmarks.step06.speculative [--out FILE]`: what a verify step costs on a GPU.
 
 Speculative decoding (chapter 2) pays one forward of 1 + k tokens per sequence for up to 1 + k tokens. On a CPU the
 forward's time grows with its tokens; on a GPU a decode step reads every weight once whatever its few rows, so a
@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.step02.speculative import verify_step_cost
+from step06_triton.triton_attention import TritonPagedAttention
 
-from ..triton_attention import TritonPagedAttention
 from .common import MODELS, Parts, median_ms, needs_gpu, random_model
 
 KS = range(1, 9)
@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the JSON here (step06_triton/results/h200_speculative.json)")
     ap.add_argument("--shapes", nargs="+", default=list(MODELS), choices=list(MODELS))
     args = ap.parse_args(argv)
-    if not needs_gpu("step06_triton.measure.speculative"):
+    if not needs_gpu("benchmarks.step06.speculative"):
         return 2
-    parts = Parts(args.out, "python -m step06_triton.measure.speculative " + " ".join(argv or sys.argv[1:]))
+    parts = Parts(args.out, "python -m benchmarks.step06.speculative " + " ".join(argv or sys.argv[1:]))
     for shape in args.shapes:
         for context in CONTEXTS:
             parts.run(("verify", shape, str(context)), lambda s=shape, c=context: verify_cost(s, c))

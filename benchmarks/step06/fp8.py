@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.fp8 [--out FILE] [--parts ...] [--quick] [--ncu]`: an FP8 KV cache on a GPU,
+"""`python -m benchmarks.step06.fp8 [--out FILE] [--parts ...] [--quick] [--ncu]`: an FP8 KV cache on a GPU,
 against the bf16 pool it replaces, each part checked against a reference before it is timed.
 
 - `identity`: fp32, SmolLM2's shape, random weights, an fp8 pool (scales per token and head): the greedy tokens of
@@ -35,11 +35,11 @@ from course.tiny import SMOLLM2_135M
 from step01_kvcache.request import SamplingParams
 from step02_paged.fp8_pool import FP8, dequantize, make_kv_pool, quantize, token_scales
 from step02_paged.geometry import PoolGeometry, cdiv
+from step06_triton.decode_attention import num_kv_splits, paged_decode_attention
+from step06_triton.engine import make_engine
+from step06_triton.extend_attention import extend_attention
+from step06_triton.store_kvcache import store_kvcache
 
-from ..decode_attention import num_kv_splits, paged_decode_attention
-from ..engine import make_engine
-from ..extend_attention import extend_attention
-from ..store_kvcache import store_kvcache
 from .common import Parts, checked, copy_bandwidth, exact_fp32, median_ms, needs_gpu, random_model
 from .engine import workload
 from .fp8_report import IDENTITY_ENGINES, goals
@@ -283,12 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ncu", action="store_true", help="no JSON: the ragged decode once per pool, for Nsight Compute "
                     "(ncu --kernel-name regex:_decode_split_kernel)")
     args = ap.parse_args(argv)
-    if not needs_gpu("step06_triton.measure.fp8"):
+    if not needs_gpu("benchmarks.step06.fp8"):
         return 2
     if args.ncu:
         decode_once_for_ncu()
         return 0
-    parts = Parts(args.out, "python -m step06_triton.measure.fp8 " + " ".join(argv or sys.argv[1:]),
+    parts = Parts(args.out, "python -m benchmarks.step06.fp8 " + " ".join(argv or sys.argv[1:]),
                   keep=args.parts != ap.get_default("parts"))
     if "identity" in args.parts:
         for name in IDENTITY_RUNS:

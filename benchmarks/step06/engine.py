@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.engine [--out FILE] [--quick]`: the course's final engine against Hugging Face
+"""`python -m benchmarks.step06.engine [--out FILE] [--quick]`: the course's final engine against Hugging Face
 `generate` on a GPU, and where the time of a step goes.
 
 Models: SmolLM2-135M's shape and a Llama-3.2-1B shape, random weights (the real ones do not travel to the GPU
@@ -37,9 +37,9 @@ from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.geometry import cdiv
+from step06_triton.decode_attention import split_bucket
+from step06_triton.engine import make_engine
 
-from ..decode_attention import split_bucket
-from ..engine import make_engine
 from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model
 
 REQUESTS, NEW_TOKENS, ROUNDS = 64, 128, 3
@@ -378,9 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", help="only these parts: identity, MODEL:WORKLOAD (e.g. llama_3_2_1b:random);"
                     " with --out, an existing file keeps the other parts")
     args = ap.parse_args(argv)
-    if not needs_gpu("step06_triton.measure.engine"):
+    if not needs_gpu("benchmarks.step06.engine"):
         return 2
-    parts = Parts(args.out, "python -m step06_triton.measure.engine " + " ".join(argv or sys.argv[1:]),
+    parts = Parts(args.out, "python -m benchmarks.step06.engine " + " ".join(argv or sys.argv[1:]),
                   keep=bool(args.parts))
     if not args.parts or "identity" in args.parts:
         parts.run(("identity_fp32",), identity_fp32)

@@ -1,5 +1,5 @@
 """What a verify step costs on the GPU, from results/h200_speculative.json (`python -m
-step06_triton.measure.speculative`): the ratio of a forward of 1 + k tokens per sequence to a decode step, graph
+benchmarks.step06.speculative`): the ratio of a forward of 1 + k tokens per sequence to a decode step, graph
 replayed. report.py puts it under the FP8 cache's tables; nothing here measures."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 from course.report import met, table
 
+from .common import RESULTS
 from .speculative import goals
 
-RESULTS = Path(__file__).parent.parent / "results"
 SHAPES = {"smollm2_135m": "SmolLM2-135M (9/3 x 64)", "llama_3_2_1b": "Llama-3.2-1B (32/8 x 64)"}
-COMMAND = "python -m step06_triton.measure.speculative --out step06_triton/results/h200_speculative.json"
+COMMAND = "python -m benchmarks.step06.speculative --out step06_triton/results/h200_speculative.json"
 
 
 def load(path: Path = RESULTS / "h200_speculative.json") -> dict | None:

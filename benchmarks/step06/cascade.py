@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.cascade [--out FILE] [--quick]`: cascade attention on a GPU — one layer's decode
+"""`python -m benchmarks.step06.cascade [--out FILE] [--quick]`: cascade attention on a GPU — one layer's decode
 attention, then the engine, with and without it.
 
 - `attention`: 256 sequences behind one 4,096-token prefix (block 16), each with 16-128 tokens of its own, bf16, the
@@ -31,11 +31,17 @@ from course.hf import to_hf_model
 from course.tiny import SMOLLM2_135M
 from step01_kvcache.request import SamplingParams
 from step02_paged.geometry import cdiv
+from step06_triton.cascade import (
+    CascadeGrid,
+    CascadeGroup,
+    CascadeMetadata,
+    cascade_decode_attention,
+    cascade_suffix_lens,
+)
+from step06_triton.cascade_engine import MIN_SEQS
+from step06_triton.decode_attention import num_kv_splits, paged_decode_attention, split_bucket, split_buckets
+from step06_triton.engine import make_engine
 
-from ..cascade import CascadeGrid, CascadeGroup, CascadeMetadata, cascade_decode_attention, cascade_suffix_lens
-from ..cascade_engine import MIN_SEQS
-from ..decode_attention import num_kv_splits, paged_decode_attention, split_bucket, split_buckets
-from ..engine import make_engine
 from .common import LLAMA_3_2_1B, Parts, checked, copy_bandwidth, exact_fp32, median_ms, needs_gpu, random_model
 from .engine import run_hf, workload
 from .kernels import guarded
@@ -153,7 +159,7 @@ def suffix_plus_sdpa_ms(x: dict, prefix: int) -> float:
     pk, pv = (t.view(-1, hkv, d)[slots].transpose(0, 1)[None] for t in (k, v))
     suffix = torch.tensor([n - prefix for n in x["lens"]], dtype=torch.int32, device="cuda")
     start = torch.full_like(suffix, prefix)
-    from ..decode_attention import Partials, decode_splits
+    from step06_triton.decode_attention import Partials, decode_splits
     out = torch.empty_like(q)
     partials = Partials.empty(q.shape[0], hq, d, num_kv_splits(int(suffix.max())), q.device)
 
@@ -334,9 +340,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", nargs="+", default=["identity", "attention", "engine_1b", "engine_smollm2"],
                     choices=["identity", "attention", "engine_1b", "engine_smollm2"])
     args = ap.parse_args(argv)
-    if not needs_gpu("step06_triton.measure.cascade"):
+    if not needs_gpu("benchmarks.step06.cascade"):
         return 2
-    parts = Parts(args.out, "python -m step06_triton.measure.cascade " + " ".join(argv or sys.argv[1:]),
+    parts = Parts(args.out, "python -m benchmarks.step06.cascade " + " ".join(argv or sys.argv[1:]),
                   keep=args.parts != ap.get_default("parts"))
     parts.result["copy_tb_s"] = round(copy_bandwidth() / 1e12, 3)
     if "identity" in args.parts:

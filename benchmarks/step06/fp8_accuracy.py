@@ -86,7 +86,7 @@ def capacity_table(model: Transformer) -> dict:
 # ---- greedy answers through the engine ---------------------------------------------------------------------------
 def greedy_answers(model: Transformer, prompts: list[list[int]], params: SamplingParams, options: dict) -> list:
     """All prompts at once through chapter 5's engine (its prefix cache shares what the prompts share)."""
-    from ..engine import make_engine
+    from step06_triton.engine import make_engine
 
     blocks = sum(cdiv(len(p) + params.max_new_tokens, BLOCK) for p in prompts) + 8
     engine = make_engine(model, "bridge", "torch", num_blocks=blocks, block_size=BLOCK, max_num_seqs=len(prompts),
@@ -224,6 +224,6 @@ def bench(args) -> dict:
 
     if args.workload not in (None, "fp8"):
         raise ValueError(f"chapter 6's CPU bench has one workload, fp8 (got {args.workload!r}); the kernels' "
-                         "measurements need a GPU: python -m step06_triton.measure.fp8 (and .kernels, .engine, "
+                         "measurements need a GPU: python -m benchmarks.step06.fp8 (and .kernels, .engine, "
                          ".cascade)")
     return fp8_accuracy(load_model(args.model), load_tokenizer(args.model), args.max_new_tokens or NEW_TOKENS)

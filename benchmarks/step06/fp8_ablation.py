@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.fp8_ablation [--out FILE]`: where the FP8 decode's time goes, by ablation.
+"""`python -m benchmarks.step06.fp8_ablation [--out FILE]`: where the FP8 decode's time goes, by ablation.
 
 Each variant is `attend_tile`'s FP8 branch changed in a copy of the chapter's package (decode_attention.py patched as
 `VARIANTS` says), run in a process of its own, on the same tensors:
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parents[2] / "step06_triton"  # the chapter whose kernel is patched
 KERNEL_V = ("        v = v.to(q.dtype)\n        v_weight = tl.load(v_scale_ptr + scale_at) * VALUE_SCALE\n")
 VARIANTS = {
     "kernel": [],
@@ -107,19 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", choices=list(VARIANTS), help=argparse.SUPPRESS)  # the child process
     args = ap.parse_args(argv)
     from .common import machine, needs_gpu
-    if not needs_gpu("step06_triton.measure.fp8_ablation"):
+    if not needs_gpu("benchmarks.step06.fp8_ablation"):
         return 2
     if args.variant:
         print("RESULT " + json.dumps(measure(args.variant)), flush=True)
         return 0
-    result: dict = dict(command="python -m step06_triton.measure.fp8_ablation " + " ".join(argv or sys.argv[1:]),
+    result: dict = dict(command="python -m benchmarks.step06.fp8_ablation " + " ".join(argv or sys.argv[1:]),
                         machine=machine(), variants={})
     for variant in VARIANTS:
         with tempfile.TemporaryDirectory() as tmp:
             root = patched(variant, Path(tmp))
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(PACKAGE.parent),
                                                                os.environ.get("PYTHONPATH", "")]))
-            proc = subprocess.run([sys.executable, "-m", "step06_triton.measure.fp8_ablation", "--variant", variant],
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.step06.fp8_ablation", "--variant", variant],
                                   env=env, cwd=root, capture_output=True, text=True)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         result["variants"][variant] = (json.loads(lines[0][7:]) if lines else

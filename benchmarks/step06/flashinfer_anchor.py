@@ -1,4 +1,4 @@
-"""`python -m step06_triton.measure.flashinfer_anchor [--out FILE]`: the chapter's kernels beside FlashInfer, the
+"""`python -m benchmarks.step06.flashinfer_anchor [--out FILE]`: the chapter's kernels beside FlashInfer, the
 kernel library production engines call, on the same tensors in the same run.
 
 FlashInfer 0.5.3 is no dependency of the course: it needs CUDA and compiles its kernels on first use with the
@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 
 from step02_paged.geometry import cdiv
+from step06_triton.decode_attention import Partials, num_kv_splits, paged_decode_attention
+from step06_triton.extend_attention import extend_attention
 
-from ..decode_attention import Partials, num_kv_splits, paged_decode_attention
-from ..extend_attention import extend_attention
 from . import kernels
 from .common import Parts, checked, eager_ms, median_ms, needs_gpu
 
@@ -155,13 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the JSON here (step06_triton/results/h200_flashinfer.json)")
     ap.add_argument("--parts", nargs="+", default=["decode", "prefill"], choices=["decode", "prefill"])
     args = ap.parse_args(argv)
-    if not needs_gpu("step06_triton.measure.flashinfer_anchor"):
+    if not needs_gpu("benchmarks.step06.flashinfer_anchor"):
         return 2
     if importlib.util.find_spec("flashinfer") is None:
         print("FlashInfer is not installed: see this module's docstring for its wheels", file=sys.stderr)
         return 2
     import flashinfer
-    parts = Parts(args.out, "python -m step06_triton.measure.flashinfer_anchor " + " ".join(argv or sys.argv[1:]),
+    parts = Parts(args.out, "python -m benchmarks.step06.flashinfer_anchor " + " ".join(argv or sys.argv[1:]),
                   keep=args.parts != ap.get_default("parts"))
     parts.result["flashinfer"] = flashinfer.__version__
     if "decode" in args.parts:
