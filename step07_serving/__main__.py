@@ -11,18 +11,13 @@ import uvicorn
 from course.chat import chat
 from course.demo import demo_parser
 from course.pretrained import DEFAULT_MODEL, timed_load
-from step02_paged import Engine, EngineConfig, KVCacheManager
-from step03_prefix_hash import PrefixCachingKVCacheManager
-from step04_radix import RadixKVCacheManager
-from step05_bridge import BridgeKVCacheManager
+from step02_paged import Engine, EngineConfig
 
-from .cache_events import cached_blocks, with_events
+from .cache_events import DESIGNS, cached_blocks, with_events
 from .kv_events import CacheView, EventLog, ZmqPublisher
 from .pictures import events_text
 from .server import make_app, running
 
-DESIGNS = {"none": KVCacheManager, "hash": PrefixCachingKVCacheManager, "radix": RadixKVCacheManager,
-           "bridge": BridgeKVCacheManager}
 POOL_TOKENS = 8192  # the pool's size in tokens, as the other chapters' demos size it
 
 

@@ -19,13 +19,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import islice
 
-from step02_paged import CacheManager, PoolGeometry
+from step02_paged import CacheManager, KVCacheManager, PoolGeometry
 from step02_paged.kv_pool import KVPool
 from step03_prefix_hash import CacheEntry, PrefixCachingBlockManager, PrefixCachingKVCacheManager, hash_token_blocks
-from step04_radix import RadixTree, TreeCacheManager, TreeNode
-from step05_bridge import BlockRadixTree
+from step04_radix import RadixKVCacheManager, RadixTree, TreeCacheManager, TreeNode
+from step05_bridge import BlockRadixTree, BridgeKVCacheManager
 
 from .kv_events import EventLog, wire_hash
+
+DESIGNS = {"none": KVCacheManager, "hash": PrefixCachingKVCacheManager, "radix": RadixKVCacheManager,
+           "bridge": BridgeKVCacheManager}  # the cache managers of chapters 2-5, by the name the command line uses
 
 
 class HashIndexEvents(PrefixCachingBlockManager):

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from course.draw import Dot
+from course.draw import Dot, words
+from step02_paged import PoolGeometry
+from step02_paged.pictures import chat, run_step
+from step03_prefix_hash import PrefixCachingKVCacheManager
 
-from .kv_events import BlockRemoved, BlockStored, KVCacheEvent
+from .cache_events import with_events
+from .kv_events import BlockRemoved, BlockStored, EventLog, KVCacheEvent
 
 
 def server_dot(name: str = "server") -> str:
@@ -35,9 +39,57 @@ def server_dot(name: str = "server") -> str:
     return dot.source()
 
 
+def events_scenario() -> list[list[KVCacheEvent]]:
+    """The lesson's events: chapter 3's cache over a pool of six 4-token blocks runs chapter 2's three chats (one
+    alone, then two side by side) and a fourth without the system prompt; one batch per step that changed the cache.
+    The pool is small, so the least recently used blocks are evicted, tail first."""
+    log = EventLog()
+    kv = with_events(PrefixCachingKVCacheManager, log)(PoolGeometry(6, 4))
+    batches = []
+    for requests in ([chat(kv, 0)], [chat(kv, 1), chat(kv, 2)], [chat(kv, 0, system=False)]):
+        for step in range(min(len(answer) for _, answer in requests)):
+            for seq, answer in requests:
+                run_step(kv, seq, answer[step])
+            if events := log.take():
+                batches.append(events)
+    return batches
+
+
+def events_dot(batches: list[list[KVCacheEvent]], decode: Callable[[list[int]], str] | None = None,
+               name: str = "events", width: int = 24) -> str:
+    """Every block the events ever announced, drawn from the events alone as a router would rebuild them: a node per
+    block hash (its tokens, the batch that stored it and the one that removed it; grey once removed), an edge from its
+    parent's hash."""
+    stored: dict[int, tuple[int | None, list[int], int]] = {}  # hash -> (parent, tokens, batch)
+    removed: dict[int, int] = {}
+    for n, batch in enumerate(batches):
+        for event in batch:
+            if isinstance(event, BlockStored):
+                parent, bs = event.parent_block_hash, event.block_size
+                for i, h in enumerate(event.block_hashes):
+                    stored[h] = (parent, event.token_ids[i * bs:(i + 1) * bs], n)
+                    removed.pop(h, None)
+                    parent = h
+            elif isinstance(event, BlockRemoved):
+                removed.update((h, n) for h in event.block_hashes)
+            else:
+                removed.update((h, n) for h in stored if h not in removed)
+    dot = Dot(name, rankdir="LR", nodesep="0.15", ranksep="0.3")
+    dot.node("root", "root", shape="ellipse")
+    for h, (parent, tokens, n) in stored.items():
+        text = (decode(tokens) if decode else str(tokens)).replace("\n", " ")
+        text = text if len(text) <= width else text[:width - 1] + "…"
+        gone = h in removed
+        label = f"#{h:016x}"[:5] + f"\n{text}\nstored: batch {n}" + (f"\nremoved: batch {removed[h]}" if gone else "")
+        dot.node(f"h{h}", label, fillcolor="#e8eaed" if gone else "#ceead6", style="rounded,filled,dashed" if gone
+                 else None, fontcolor="#5f6368" if gone else None)
+        dot.edge("root" if parent is None else f"h{parent}", f"h{h}")
+    return dot.source()
+
+
 def lesson_figures() -> dict[str, str]:
     """The figures of the lesson, by name."""
-    return {"server": server_dot()}
+    return {"server": server_dot(), "events": events_dot(events_scenario(), words)}
 
 
 def events_text(batches: list[list[KVCacheEvent]], decode: Callable[[list[int]], str] | None = None,
