@@ -79,9 +79,9 @@ def prefix_cache_bench(chapter: str, make_engine: Callable, args: argparse.Names
     """
     from statistics import mean, median
 
+    from step01_kvcache.pretrained import load_model, load_tokenizer
     from step01_kvcache.request import SamplingParams
 
-    from .pretrained import load_model, load_tokenizer
     from .workloads import get_workload
 
     workload = get_workload(args.workload or "short")
@@ -142,7 +142,8 @@ def hf_prefix_baselines(model, prompts: list[list[int]], first_tokens: list[int]
     Greedy first tokens are compared with ours (`hf_first_tokens_match`); they should all agree."""
     from statistics import median
 
-    from .hf import to_hf_model
+    from step01_kvcache.hf import to_hf_model
+
     from .workloads import shared_prefix_len
 
     hf = to_hf_model(model, "sdpa")

@@ -353,7 +353,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         parser.error(str(e))
 
-    from .pretrained import load_tokenizer
+    from .tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
     stats = {w.name: measure(w, tokenizer) for w in workloads}

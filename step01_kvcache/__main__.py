@@ -5,8 +5,8 @@ import sys
 import time
 
 from course.chat import chat_ids, stop_ids
-from course.demo import demo_parser
-from course.pretrained import timed_load
+from step01_kvcache.demo import demo_parser
+from step01_kvcache.pretrained import timed_load
 
 from .cost import format_costs, step_costs
 from .generate import SamplingParams, generate

@@ -12,7 +12,7 @@ from html import escape
 import torch
 
 from course.draw import Dot, word_ids, words
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 
 from .kv_cache import KVCache
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import sys
 
 from course.chat import chat_ids, stop_ids
-from course.demo import demo_parser
-from course.pretrained import timed_load
 from course.workloads import get_workload
+from step01_kvcache.demo import demo_parser
+from step01_kvcache.pretrained import timed_load
 from step01_kvcache.request import SamplingParams
 
 from .config import EngineConfig

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from course.demo import ask_twice, report_asks, run_demo_workload, workload_parser
-from course.pretrained import timed_load
 from course.workloads import get_workload
+from step01_kvcache.demo import ask_twice, report_asks, run_demo_workload, workload_parser
+from step01_kvcache.pretrained import timed_load
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 

@@ -81,7 +81,7 @@ def tier_dot(kv: BridgeKVCacheManager, decode: Decode | None = None, name: str =
 def tier_scenario() -> BridgeKVCacheManager:
     """Chapter 3's three chats on a device pool of 6 blocks over a host tier of 8: request 0 finishes, then
     requests 1 and 2 (another system prompt's users) need its blocks, and its prefix moves to the host tier."""
-    from course.tiny import tiny_config
+    from step01_kvcache.tiny import tiny_config
     from step02_paged.kv_pool import KVPool
     from step02_paged.pictures import chat, side_by_side
 

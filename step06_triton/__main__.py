@@ -7,8 +7,8 @@ import sys
 import time
 
 from course.chat import chat_ids, stop_ids
-from course.demo import demo_parser
-from course.pretrained import timed_load
+from step01_kvcache.demo import demo_parser
+from step01_kvcache.pretrained import timed_load
 from step01_kvcache.request import SamplingParams
 
 from .interpreter import use_interpreter_without_gpu

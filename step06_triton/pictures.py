@@ -14,9 +14,9 @@ import sys
 import torch
 
 from course.draw import Dot, word_ids, words
-from course.tiny import SMOLLM2_135M, tiny_config
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import SMOLLM2_135M, tiny_config
 from step02_paged.cache_manager import CacheManager
 from step02_paged.fp8_pool import FP8_MAX, KVScales, make_kv_pool
 from step02_paged.geometry import PoolGeometry, cdiv

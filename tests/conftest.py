@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import Phase, settings
 
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 from step06_triton.interpreter import use_interpreter_without_gpu
 
 use_interpreter_without_gpu()
@@ -46,8 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _convert_the_model_once() -> None:
     import fcntl
 
-    from course import pretrained
     from course.paths import cache_dir
+    from step01_kvcache import pretrained
 
     try:
         source = pretrained.gguf_path()
@@ -146,14 +146,14 @@ def tiny():
 
 @pytest.fixture(scope="session")
 def real_model():
-    from course.pretrained import load_model
+    from step01_kvcache.pretrained import load_model
 
     return load_model()
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from course.pretrained import load_tokenizer
+    from step01_kvcache.pretrained import load_tokenizer
 
     return load_tokenizer()
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from tests.driver import oracle, speculative_engine
 
 MODEL = tiny_model(seed=3, num_layers=1, hidden_size=32, intermediate_size=32, head_dim=8)

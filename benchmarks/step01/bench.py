@@ -9,11 +9,11 @@ import torch
 
 from course.bench import interleaved_best, progress, register
 from course.chat import chat_ids
-from course.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
-from course.hf import to_hf_model
-from course.pretrained import load_model, load_tokenizer
 from step01_kvcache.cost import step_costs
+from step01_kvcache.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.hf import to_hf_model
+from step01_kvcache.pretrained import load_model, load_tokenizer
 
 
 @register("step01")

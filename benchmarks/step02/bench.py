@@ -69,15 +69,15 @@ def bench_step02(args: argparse.Namespace) -> dict:
         return host_bench(progress=progress)
     if args.workload == "speculative":
         from course.bench import progress
-        from course.pretrained import load_model, load_tokenizer
+        from step01_kvcache.pretrained import load_model, load_tokenizer
 
         from .speculative import spec_bench
         return spec_bench(load_model(args.model), load_tokenizer(args.model), max_new_tokens=args.max_new_tokens or 128,
                           repeats=args.repeats, progress=progress)
-    from course.demo import stop_ids
-    from course.hf import to_hf_model
-    from course.pretrained import load_model, load_tokenizer
     from course.workloads import get_workload
+    from step01_kvcache.demo import stop_ids
+    from step01_kvcache.hf import to_hf_model
+    from step01_kvcache.pretrained import load_model, load_tokenizer
 
     workload = get_workload(args.workload or "batch")
     model, tok = load_model(args.model), load_tokenizer(args.model)

@@ -24,8 +24,8 @@ BLOCK_SIZE = 16
 
 @register("step03")
 def bench_step03(args: argparse.Namespace) -> dict:
-    from course.pretrained import load_tokenizer
     from course.workloads import get_workload
+    from step01_kvcache.pretrained import load_tokenizer
 
     workload = get_workload(args.workload or "short")
     prompts = workload.prompts(load_tokenizer(args.model))

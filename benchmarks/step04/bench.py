@@ -24,7 +24,7 @@ BOOKKEEPING_BUDGET_US = 100.0  # match + lock + insert + unlock of a 2k-token re
 
 def pool_slots(workload: str, max_new_tokens: int) -> int:
     """Enough slots for one round of the workload at once with the cache off (no preemption skews memory)."""
-    from course.pretrained import load_tokenizer
+    from step01_kvcache.pretrained import load_tokenizer
 
     prompts = get_workload(workload).prompts(load_tokenizer())
     return sum(len(p) + max_new_tokens for p in prompts) + 64

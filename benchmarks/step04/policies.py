@@ -88,8 +88,8 @@ def compare_policies(chapter: str, designs: dict[str, Design], args: argparse.Na
     lpm in the roomy one: one process, the real model, greedy; `args.repeats` passes, each run's fastest kept (one
     pass takes about a minute on 2 idle cores)."""
     from course.bench import progress
-    from course.pretrained import load_model, load_tokenizer
     from course.workloads import get_workload
+    from step01_kvcache.pretrained import load_model, load_tokenizer
 
     workload = get_workload(args.workload)
     model, tok = load_model(args.model), load_tokenizer(args.model)

@@ -35,7 +35,7 @@ def pool_blocks(prompts: list[list[int]], new_tokens: int, block_size: int) -> i
 
 @register("step05")
 def bench_step05(args: argparse.Namespace) -> dict:
-    from course.pretrained import load_tokenizer
+    from step01_kvcache.pretrained import load_tokenizer
 
     args.workload = args.workload or "short"
     if args.workload == "multi_turn":  # the host tier's bench: tier off vs on, not cache off vs on
@@ -109,8 +109,8 @@ def bookkeeping_us(engine, prompts: list[list[int]], repeats: int) -> float:
 def compare(workloads: list[str], block_sizes: list[int], repeats: int = 5) -> list[dict]:
     """Every design on every workload: prompt tokens reused on a sequential pass (every round, one new token
     each: hits depend on the prompts only), and the bookkeeping per request on a warm cache."""
-    from course.pretrained import load_tokenizer
-    from course.tiny import tiny_model
+    from step01_kvcache.pretrained import load_tokenizer
+    from step01_kvcache.tiny import tiny_model
 
     tok = load_tokenizer()
     # the model's size does not change a hit; a 1-layer one keeps this bench about bookkeeping

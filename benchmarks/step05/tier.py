@@ -24,8 +24,8 @@ from step05_bridge.host_pool import HostPool
 
 
 def tier_bench(args: argparse.Namespace) -> dict:
-    from course.pretrained import load_model, load_tokenizer
     from course.workloads import get_workload
+    from step01_kvcache.pretrained import load_model, load_tokenizer
 
     workload = get_workload("multi_turn")
     model, tok = load_model(args.model), load_tokenizer(args.model)

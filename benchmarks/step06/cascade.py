@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from course.hf import to_hf_model
-from course.tiny import SMOLLM2_135M
+from step01_kvcache.hf import to_hf_model
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import SMOLLM2_135M
 from step02_paged.geometry import cdiv
 from step06_triton.cascade import (
     CascadeGrid,

@@ -15,9 +15,9 @@ import torch
 
 from course.paths import REPO_ROOT
 from course.results import machine as host_machine
-from course.tiny import SMOLLM2_135M, tiny_model
 from step01_kvcache.model import Transformer
 from step01_kvcache.rope import RotaryEmbedding
+from step01_kvcache.tiny import SMOLLM2_135M, tiny_model
 
 CHAPTER = REPO_ROOT / "step06_triton"  # the chapter this measures: its lesson, and its results beside it
 RESULTS = CHAPTER / "results"

@@ -31,10 +31,10 @@ from statistics import median
 import torch
 
 from benchmarks.step05.tier import host_tier_gpu, host_tier_identity_gpu
-from course.hf import to_hf_model
-from course.tiny import SMOLLM2_135M
+from step01_kvcache.hf import to_hf_model
 from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import SMOLLM2_135M
 from step02_paged import Engine, EngineConfig
 from step02_paged.geometry import cdiv
 from step06_triton.decode_attention import split_bucket

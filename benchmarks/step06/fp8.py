@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from course.bench import p99
-from course.tiny import SMOLLM2_135M
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import SMOLLM2_135M
 from step02_paged.fp8_pool import FP8, dequantize, make_kv_pool, quantize, token_scales
 from step02_paged.geometry import PoolGeometry, cdiv
 from step06_triton.decode_attention import num_kv_splits, paged_decode_attention

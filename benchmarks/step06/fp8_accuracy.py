@@ -220,7 +220,7 @@ def fp8_accuracy(model: Transformer, tokenizer, max_new_tokens: int = NEW_TOKENS
 
 def bench(args) -> dict:
     """The course bench's entry (registered by bench.py): `--workload fp8`, `--max-new-tokens` (default 64)."""
-    from course.pretrained import load_model, load_tokenizer
+    from step01_kvcache.pretrained import load_model, load_tokenizer
 
     if args.workload not in (None, "fp8"):
         raise ValueError(f"chapter 6's CPU bench has one workload, fp8 (got {args.workload!r}); the kernels' "

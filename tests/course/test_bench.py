@@ -11,9 +11,9 @@ from benchmarks.step01.bench import hf_decode_step_s
 from course import homework_tool as hw
 from course import results
 from course.bench import hf_prefill, hf_prefix_baselines, hf_ttfts
-from course.hf import to_hf_model
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.hf import to_hf_model
+from step01_kvcache.tiny import tiny_model
 
 SHARED = list(range(40, 70))
 PROMPTS = [SHARED + [1, 2, 3], SHARED + [9] * 5, SHARED + [4], SHARED + [7, 7]]

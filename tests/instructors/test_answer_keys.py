@@ -25,10 +25,10 @@ from benchmarks.step06 import report as step06_report
 from course import results
 from course.chapters import chapters
 from course.paths import REPO_ROOT
-from course.tiny import SMOLLM2_135M, tiny_model
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
+from step01_kvcache.tiny import SMOLLM2_135M, tiny_model
 from step02_paged.geometry import PoolGeometry, cdiv
 
 KEYS = REPO_ROOT / "instructors" / "answers"
@@ -109,7 +109,7 @@ def test_keys_cite_sources_by_name():
 def _smollm2():
     """SmolLM2's config and parameter count, read from the GGUF header (no weights converted)."""
     gguf = pytest.importorskip("gguf")
-    from course.pretrained import config_from_gguf, gguf_path
+    from step01_kvcache.pretrained import config_from_gguf, gguf_path
 
     reader = gguf.GGUFReader(gguf_path())
     return config_from_gguf(reader), sum(int(t.n_elements) for t in reader.tensors)
@@ -457,8 +457,8 @@ def _multi_doc_admissions(policy: str, pool: str) -> tuple[list[str], list[int]]
     computed (by a request that found less than half its prompt cached)."""
     from benchmarks.step04.policies import pools, run_policy
     from benchmarks.step04.report import request_label
-    from course.pretrained import load_tokenizer
     from course.workloads import MULTI_DOC_DOCUMENTS, get_workload
+    from step01_kvcache.pretrained import load_tokenizer
     from step04_radix import RadixKVCacheManager
     from step04_radix.policy import make_policy
 

@@ -32,7 +32,7 @@ from benchmarks.step06 import report as step06_report
 from course.homework_tool.release import is_release
 from course.markdown import Document, documents, prose
 from course.paths import REPO_ROOT
-from course.tiny import SMOLLM2_135M
+from step01_kvcache.tiny import SMOLLM2_135M
 
 from .conftest import MOVED
 
@@ -142,7 +142,7 @@ def prompts(name: str) -> list[list[int]]:
 
 @functools.cache
 def _tokenizer():
-    from course.pretrained import load_tokenizer
+    from step01_kvcache.pretrained import load_tokenizer
 
     return load_tokenizer()
 
@@ -475,7 +475,7 @@ def test_step05_readme():
 
     from benchmarks.step05 import bench as designs_bench
     from course.chat import chat_ids
-    from course.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
+    from step01_kvcache.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM
     from step02_paged.config import EngineConfig
     from step05_bridge import BridgeKVCacheManager
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.kv_cache import KVCache
+from step01_kvcache.tiny import tiny_model
 
 
 @pytest.mark.task("task1.cache_attend")
@@ -76,8 +76,8 @@ def test_cache_rejects_bad_max_len(tiny):
 
 
 def test_step_costs_time_every_length_with_and_without_the_cache():
-    from course.tiny import tiny_model
     from step01_kvcache.cost import format_costs, step_costs
+    from step01_kvcache.tiny import tiny_model
 
     rows = step_costs(tiny_model(seed=0), [4, 16], repeats=2)
     assert [r.context_len for r in rows] == [4, 16]

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.hf import to_hf_model
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.hf import to_hf_model
+from step01_kvcache.tiny import tiny_model
 
 
 def our_logits(model, ids: torch.Tensor) -> torch.Tensor:
@@ -32,7 +32,7 @@ def test_tiny_logits_match_hf(heads, kv_heads, tied):
 
 @pytest.mark.slow
 def test_real_model_logits_match_hf(real_model, tokenizer):
-    from course.demo import chat_ids
+    from step01_kvcache.demo import chat_ids
 
     ids = torch.tensor(chat_ids(tokenizer, "Name three primary colors.", "You are a helpful assistant."))
     diff = (our_logits(real_model, ids) - hf_logits(to_hf_model(real_model), ids)).abs().max().item()
@@ -41,7 +41,7 @@ def test_real_model_logits_match_hf(real_model, tokenizer):
 
 @pytest.mark.slow
 def test_real_model_greedy_tokens_match_hf_generate(real_model, tokenizer):
-    from course.demo import chat_ids
+    from step01_kvcache.demo import chat_ids
 
     ids = chat_ids(tokenizer, "Write a short story about a lighthouse keeper who finds a map.",
                    "You are a creative writer.")
@@ -61,7 +61,7 @@ def test_gguf_reader_matches_transformers_gguf_loader(real_model):
     """Our own dequantization (and un-permutation of Q/K) equals transformers' GGUF path, weight for weight."""
     from transformers import AutoModelForCausalLM
 
-    from course.pretrained import gguf_path
+    from step01_kvcache.pretrained import gguf_path
 
     path = gguf_path()
     theirs = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, torch_dtype=torch.float32)

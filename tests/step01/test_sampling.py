@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate, sample_next
+from step01_kvcache.tiny import tiny_model
 
 
 @pytest.mark.task("task1.sample")

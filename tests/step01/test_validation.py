@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from course.tiny import tiny_config
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.tiny import tiny_config
 
 
 @pytest.mark.parametrize("prompt,match", [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from benchmarks.step02.bench import hf_batched, own_tokens
-from course.hf import to_hf_model
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.hf import to_hf_model
+from step01_kvcache.tiny import tiny_model
 
 
 def test_own_tokens_stop_at_the_first_stop_token_inclusive():

@@ -13,8 +13,8 @@ import subprocess
 import pytest
 
 from course import draw
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, KVCacheManager, PrefixMatch, Sequence
 from step02_paged.geometry import PoolGeometry
 from step02_paged.pictures import block_tables_dot, occupancy_map

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.tiny import tiny_model
 from step02_paged import FCFS, Engine, EngineConfig, KVCacheManager, Policy, PrefixMatch
 from step02_paged.geometry import PoolGeometry
 from tests.driver import drive_to_end, with_reference
@@ -157,7 +157,7 @@ def test_waste_stays_under_one_block_per_sequence(model):
 
 @pytest.mark.slow
 def test_real_model_engine_matches_step01(real_model, tokenizer):
-    from course.demo import chat_ids
+    from step01_kvcache.demo import chat_ids
 
     prompts = [chat_ids(tokenizer, q, "You are a helpful assistant.") for q in
                ["What is 2+2?", "Name a famous painting by Leonardo da Vinci and describe it briefly.", "Hi"]]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.tiny import tiny_config, tiny_model
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_config, tiny_model
 from step02_paged import Engine, EngineConfig, KVPool, PoolGeometry
 from step02_paged.fp8_pool import FP8, FP8_MAX, FP8KVPool, KVScales, calibrate, dequantize, quantize, token_scales
 from tests.driver import drive_to_end

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.tiny import tiny_config
 from step01_kvcache.attention import attention, causal_mask
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import tiny_config
 from step02_paged.block_table import BlockTable
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.geometry import PoolGeometry

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.geometry import PoolGeometry
 from step02_paged.ngram_proposer import NgramProposer

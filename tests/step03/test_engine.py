@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, PrefixMatch
 from step02_paged.sequence import Sequence
 from step03_prefix_hash import HashedSequence, PrefixCachingKVCacheManager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from tests.driver import oracle, speculation_reuses_only_verified

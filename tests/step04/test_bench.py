@@ -7,7 +7,7 @@ import argparse
 from benchmarks.step04 import bench
 from benchmarks.step04 import policies as policy_bench
 from course.bench import BENCHES
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 
 
 def test_registered_under_the_chapter_name():
@@ -27,7 +27,7 @@ def test_policy_bench_compares_every_policy_on_both_designs(monkeypatch, tokeniz
     ties it in the roomy one, the bounded run keeps its bound, and the answers never change."""
     wide = tiny_model(seed=7, vocab_size=49152, max_position_embeddings=4096, num_layers=1, hidden_size=32,
                       intermediate_size=32, head_dim=8)
-    monkeypatch.setattr("course.pretrained.load_model", lambda path=None: wide)
+    monkeypatch.setattr("step01_kvcache.pretrained.load_model", lambda path=None: wide)
     r = bench.bench_step04(argparse.Namespace(workload="multi_doc", model=None, max_new_tokens=None, repeats=1))
     assert r["workload"] == "multi_doc" and r["requests"] == 12 and r["outputs_identical"] is True
     runs = {(x["design"], x["pool"], x["policy"]): x for x in r["runs"]}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
 from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step04_radix import RadixKVCacheManager
 from step04_radix.pictures import cache_dot, occupancy_map

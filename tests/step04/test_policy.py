@@ -9,8 +9,8 @@ from collections import deque
 
 import pytest
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.tiny import tiny_model
 from step02_paged import FCFS, Engine, EngineConfig
 from step02_paged.geometry import PoolGeometry
 from step03_prefix_hash import PrefixCachingKVCacheManager

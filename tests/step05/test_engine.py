@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
 from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams, generate
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager

@@ -7,8 +7,8 @@ import functools
 
 import pytest
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.fp8_pool import FP8
 from step03_prefix_hash import PrefixCachingKVCacheManager

@@ -9,8 +9,8 @@ import pytest
 import torch
 from hypothesis import settings
 
-from course.tiny import tiny_config, tiny_model
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import tiny_config, tiny_model
 from step02_paged import Engine, EngineConfig
 from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_pool import KVPool

@@ -12,9 +12,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from course.tiny import tiny_model
 from course.workloads import WORKLOADS, get_workload, reusable_tokens
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.model_runner import ModelRunner

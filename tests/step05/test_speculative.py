@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig
 from step05_bridge import BridgeKVCacheManager
 from tests.driver import oracle, shared_prompts, speculation_reuses_only_verified

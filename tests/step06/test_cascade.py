@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.tiny import tiny_model
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step06_triton.cascade import CascadeGroup, CascadeMetadata, cascade_decode_attention, cascade_reference
 from step06_triton.decode_attention import paged_decode_attention
 from step06_triton.engine import make_engine

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step06_triton.engine import make_engine
 from tests.driver import drive_to_end, shared_prompts, with_reference
 from tests.step06.test_kernels import DEVICE

@@ -17,8 +17,8 @@ import triton
 import triton.language as tl
 
 from benchmarks.step06.fp8 import pool_differences
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step02_paged.fp8_pool import FP8, FP8_MAX, dequantize, quantize, token_scales
 from step06_triton.cascade import CascadeGroup, CascadeMetadata, cascade_decode_attention
 from step06_triton.decode_attention import paged_decode_attention

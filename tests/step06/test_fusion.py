@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 from step06_triton.fusion import fused_decode
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.tiny import tiny_model
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step06_triton.engine import make_engine
 from tests.driver import drive_to_end, shared_prompts, with_reference
 

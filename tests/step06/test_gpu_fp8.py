@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 from step06_triton.decode_attention import num_kv_splits, paged_decode_attention
 from step06_triton.engine import make_engine
 from step06_triton.extend_attention import extend_attention

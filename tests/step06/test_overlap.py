@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from course.tiny import tiny_model
 from step01_kvcache.request import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig
 from step02_paged.forward_batch import decodes_first
 from step06_triton.engine import PREFIX_CACHES

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import invariant
 
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig
 from step04_radix.policy import LongestPrefixMatch
 from step05_bridge import BridgeKVCacheManager

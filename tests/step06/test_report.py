@@ -7,9 +7,9 @@ from dataclasses import asdict
 
 import pytest
 
+from benchmarks.step06 import report
 from course import report as course_report
 from step06_triton import pictures
-from benchmarks.step06 import report
 from tests.driver import demo_answer_matches_step01
 
 
@@ -70,8 +70,8 @@ def test_demo_answer_matches_step01(real_model, capsys):
 def test_smollm2_architecture_constant_matches_the_gguf():
     import gguf
 
-    from course.pretrained import config_from_gguf, gguf_path
-    from course.tiny import SMOLLM2_135M, tiny_config
+    from step01_kvcache.pretrained import config_from_gguf, gguf_path
+    from step01_kvcache.tiny import SMOLLM2_135M, tiny_config
 
     real = asdict(config_from_gguf(gguf.GGUFReader(str(gguf_path()))))
     assert real == pytest.approx(asdict(tiny_config(**SMOLLM2_135M)), rel=1e-6)  # the GGUF stores eps in fp32

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
 from step01_kvcache.generate import SamplingParams
+from step01_kvcache.tiny import tiny_model
 from step02_paged import EngineConfig
 from step06_triton.engine import make_engine
 from step06_triton.overlap import OverlapEngine

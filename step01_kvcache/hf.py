@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from step01_kvcache.config import ModelConfig
-from step01_kvcache.model import Transformer
+from .config import ModelConfig
+from .model import Transformer
 
 
 def to_hf_config(cfg: ModelConfig):
