@@ -70,10 +70,13 @@ class AsyncEngine:
         self._post(("add", prompt_ids, params, done))
         return await done
 
-    async def stream(self, request_id: int) -> AsyncIterator[Delta]:
-        """The request's deltas until it finishes. Leaving early (the client disconnected, the task was cancelled)
+    def stream(self, request_id: int) -> AsyncIterator[Delta]:
+        """The request's deltas until it finishes. Take it right after `add`, before anything else is awaited (a
+        request may finish in the very next step). Leaving early (the client disconnected, the task was cancelled)
         aborts the request, so its blocks come back."""
-        stream = self._streams[request_id]
+        return self._deltas(request_id, self._streams[request_id])
+
+    async def _deltas(self, request_id: int, stream: _Stream) -> AsyncIterator[Delta]:
         finished = False
         try:
             while not finished:

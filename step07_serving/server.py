@@ -78,7 +78,7 @@ class Served:
     def text(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
-    async def events(self, rid: int, name: str, num_prompt_tokens: int, chat: bool,
+    async def events(self, deltas: AsyncIterator[Delta], name: str, num_prompt_tokens: int, chat: bool,
                      include_usage: bool) -> AsyncIterator[str]:
         """The request's answer as server-sent events, OpenAI's way: a chunk per piece of text (a chat's first chunk
         carries the role), the finish reason on the last, then the usage if asked, then `[DONE]`. An engine that
@@ -87,7 +87,7 @@ class Served:
         if chat:
             yield sse(protocol.chat_chunk(name, self.model, {"role": "assistant", "content": ""}, None))
         try:
-            async for last in self.engine.stream(rid):
+            async for last in deltas:
                 tokens += len(last.token_ids)
                 piece = text.add(last.token_ids, final=last.finish_reason is not None)
                 if piece or last.finish_reason:
@@ -200,14 +200,15 @@ def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[Finish
         finished request does nothing."""
         params = served.sampling(body, max_tokens, len(ids), default)
         rid = await served.add(ids, params)
+        deltas = served.engine.stream(rid)  # at once: the request may finish in the next step
         name = protocol.request_id("chatcmpl" if chat else "cmpl")
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(served.events(rid, name, len(ids), chat, include_usage),
+            return StreamingResponse(served.events(deltas, name, len(ids), chat, include_usage),
                                      media_type="text/event-stream",
                                      background=BackgroundTask(served.engine.abort, rid))
         try:
-            done = await unless_disconnected(request, collect(served.engine.stream(rid)))
+            done = await unless_disconnected(request, collect(deltas))
         finally:
             served.engine.abort(rid)
         if done is None:  # the client is gone: nobody to answer

@@ -94,3 +94,15 @@ def test_pieces_never_split_a_character(tokenizer):
     pieces = [out.add([t], final=i == len(ids) - 1) for i, t in enumerate(ids)]
     assert "".join(pieces) == tokenizer.decode(ids) == text
     assert not any("\ufffd" in p for p in pieces)
+
+
+def test_a_request_that_ends_in_its_first_step_is_still_answered(served):
+    """max_tokens 1: the request finishes in the step right after it is queued, maybe before its handler starts
+    reading; its answer must still arrive, streamed or not."""
+    url, engine = served
+    for i in range(20):
+        ask = dict(model=MODEL, prompt=list(range(4000 + i, 4010 + i)), max_tokens=1, temperature=0)
+        streamed = list(client(url).completions.create(**ask, stream=True))
+        assert streamed[-1].choices[0].finish_reason == "length"
+        assert client(url).completions.create(**ask).usage.completion_tokens == 1
+    drained(engine)
