@@ -9,8 +9,8 @@ import sys
 import uvicorn
 
 from course.chat import chat
-from course.demo import demo_parser
-from course.pretrained import DEFAULT_MODEL, timed_load
+from step01_kvcache.demo import demo_parser
+from step01_kvcache.pretrained import DEFAULT_MODEL, timed_load
 from step02_paged import Engine, EngineConfig
 
 from .cache_events import DESIGNS, cached_blocks, with_events

@@ -19,8 +19,9 @@ import time
 import httpx
 
 from course import results
-from course.pretrained import DEFAULT_MODEL, load_model, load_tokenizer
+from course.tokenizer import load_tokenizer
 from course.workloads import get_workload
+from step01_kvcache.pretrained import DEFAULT_MODEL, load_model
 from step02_paged import Engine, EngineConfig
 
 from .cache_events import DESIGNS, cached_blocks, with_events

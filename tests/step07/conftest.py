@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from course.tiny import tiny_model
+from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step07_serving import make_app, running
