@@ -31,7 +31,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class _Sampling(BaseModel):
+class SamplingFields(BaseModel):
     """The fields both endpoints share. Unknown fields are ignored, as OpenAI's servers do; the known ones are
     range-checked here so that the error names the field the client sent."""
 
@@ -48,7 +48,7 @@ class _Sampling(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list)  # vLLM's extension: extra token ids that end the answer
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(SamplingFields):
     """`POST /v1/completions`: a text, or the token ids of one prompt."""
 
     prompt: str | list[int] = Field(min_length=1)
@@ -59,7 +59,7 @@ class ChatMessage(BaseModel):
     content: str
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(SamplingFields):
     """`POST /v1/chat/completions`: messages, rendered by the model's chat template."""
 
     messages: list[ChatMessage] = Field(min_length=1)

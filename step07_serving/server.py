@@ -48,7 +48,7 @@ class Served:
     tokenizer: object
     model: str
 
-    def sampling(self, body: protocol._Sampling, max_tokens: int | None, num_prompt_tokens: int,
+    def sampling(self, body: protocol.SamplingFields, max_tokens: int | None, num_prompt_tokens: int,
                  default: int) -> SamplingParams:
         """The engine's SamplingParams from a body; the model's end-of-turn tokens always stop. Without `max_tokens`,
         `default`, cut to what the model and the pool leave room for (a value the client gave is never cut: if it
@@ -193,7 +193,7 @@ def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[Finish
         return {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "kvcourse",
                                             "max_model_len": engine.model.config.max_position_embeddings}]}
 
-    async def answer(request: Request, body: protocol._Sampling, ids: list[int], max_tokens: int | None,
+    async def answer(request: Request, body: protocol.SamplingFields, ids: list[int], max_tokens: int | None,
                      default: int, chat: bool):
         """Queue the request, then answer it as one JSON body or as a stream of server-sent events. However the
         handler ends (finished, client gone, an error), the request is aborted if it still runs: `abort` of a
