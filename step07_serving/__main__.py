@@ -1,21 +1,30 @@
 """`python -m step07_serving`: the real model behind the OpenAI-compatible server, asked through the `openai` client:
 twice as JSON (the second time the prefix cache serves the prompt), then once more as a stream.
-`python -m step07_serving serve --port P` serves it until interrupted."""
+`python -m step07_serving serve --port P` serves it until interrupted; `python -m step07_serving cluster --replicas N`
+serves N replicas behind a router."""
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import sys
+import tempfile
+from pathlib import Path
 
 import uvicorn
 
 from course.chat import chat
+from course.tokenizer import load_tokenizer
 from step01_kvcache.demo import demo_parser
 from step01_kvcache.pretrained import DEFAULT_MODEL, timed_load
 from step02_paged import Engine, EngineConfig
 
 from .cache_events import DESIGNS, cached_blocks, with_events
+from .cluster import HOST, replicas
 from .kv_events import CacheView, EventLog, ZmqPublisher
 from .pictures import events_text
+from .router import Router, make_router
+from .routing import POLICIES
 from .server import make_app, running
 
 POOL_TOKENS = 8192  # the pool's size in tokens, as the other chapters' demos size it
@@ -26,6 +35,9 @@ def engine_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="the cache manager: none (chapter 2), hash (3), radix (4), bridge (5; the default)")
     parser.add_argument("--block-size", type=int, default=16, help="tokens per KV block (the radix cache uses 1)")
     parser.add_argument("--max-num-seqs", type=int, default=8, help="requests running at once")
+    parser.add_argument("--num-blocks", type=int, default=None,
+                        help=f"blocks in the KV pool (default: {POOL_TOKENS} tokens' worth; vLLM's "
+                             "--num-gpu-blocks-override)")
     return parser
 
 
@@ -33,7 +45,7 @@ def make_engine(model, args: argparse.Namespace, log: EventLog) -> Engine:
     """The engine the options describe, its cache reporting KV events to `log`; the radix cache stores one token per
     slot."""
     block_size = 1 if args.prefix_cache == "radix" else args.block_size
-    config = EngineConfig(num_blocks=POOL_TOKENS // max(1, block_size), block_size=block_size,
+    config = EngineConfig(num_blocks=args.num_blocks or POOL_TOKENS // max(1, block_size), block_size=block_size,
                           max_num_seqs=args.max_num_seqs)
     return Engine(model, config, with_events(DESIGNS[args.prefix_cache], log))
 
@@ -41,12 +53,14 @@ def make_engine(model, args: argparse.Namespace, log: EventLog) -> Engine:
 def serve(argv: list[str]) -> int:
     parser = engine_options(argparse.ArgumentParser(prog="python -m step07_serving serve",
                                                     description="serve the model until interrupted"))
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--port", type=int, default=8000, help="the HTTP port (0: any free one, printed)")
     parser.add_argument("--host", default="127.0.0.1", help="the address to bind (default: this machine only)")
     parser.add_argument("--model", default=None, help="a checkpoint folder or .gguf file (default: SmolLM2)")
     parser.add_argument("--served-model-name", default=DEFAULT_MODEL, help="the name clients ask for")
+    parser.add_argument("--log-level", default="info", help="uvicorn's (warning: no line per request)")
     parser.add_argument("--kv-events-port", type=int, default=None,
-                        help="publish KV-cache events in vLLM's format on this ZMQ PUB port (default: none)")
+                        help="publish KV-cache events in vLLM's format on this ZMQ PUB port (0: any free one, "
+                             "printed; default: none)")
     args = parser.parse_args(argv)
     model, tok, load_s = timed_load(args.model)
     log = EventLog()
@@ -55,18 +69,59 @@ def serve(argv: list[str]) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    sock = socket.create_server((args.host, args.port))  # bound here, so that port 0 is known before serving
+    url = f"http://{args.host}:{sock.getsockname()[1]}"
     print(f"model loaded in {load_s:.1f} s; {args.prefix_cache} cache, {engine.config.num_blocks} blocks of "
-          f"{engine.config.block_size}; serving {args.served_model_name!r} on http://{args.host}:{args.port}/v1")
+          f"{engine.config.block_size}; serving {args.served_model_name!r} on {url}/v1", flush=True)
     publisher = None
     if args.kv_events_port is not None:
-        publisher = ZmqPublisher(f"tcp://{args.host}:{args.kv_events_port}")
-        print(f"KV events on {publisher.endpoint}, topic {publisher.topic.decode()!r}")
+        publisher = ZmqPublisher(f"tcp://{args.host}:{args.kv_events_port or '*'}")
+        print(f"KV events on {publisher.endpoint}, topic {publisher.topic.decode()!r}", flush=True)
     after_step = (lambda finished: publisher.publish(log.take())) if publisher else (lambda finished: log.take())
+    app = make_app(engine, tok, args.served_model_name, after_step)
     try:
-        uvicorn.run(make_app(engine, tok, args.served_model_name, after_step), host=args.host, port=args.port)
+        uvicorn.Server(uvicorn.Config(app, log_level=args.log_level)).run(sockets=[sock])
     finally:
+        sock.close()
         if publisher is not None:
             publisher.close()
+    return 0
+
+
+def replica_args(args: argparse.Namespace) -> list[str]:
+    """The options of `serve` that make a replica as `args` describe it."""
+    out = ["--prefix-cache", args.prefix_cache, "--block-size", str(args.block_size), "--max-num-seqs",
+           str(args.max_num_seqs), "--served-model-name", args.served_model_name]
+    out += ["--num-blocks", str(args.num_blocks)] if args.num_blocks else []
+    return out + (["--model", args.model] if args.model else [])
+
+
+def cluster(argv: list[str]) -> int:
+    parser = engine_options(argparse.ArgumentParser(
+        prog="python -m step07_serving cluster",
+        description="N replicas of the server and a router in front of them, on 127.0.0.1, until interrupted"))
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--router", default="course", choices=["course"], help="which router fronts the replicas")
+    parser.add_argument("--policy", default="cache_aware", choices=list(POLICIES),
+                        help="the course router's policy")
+    parser.add_argument("--port", type=int, default=8000, help="the router's port")
+    parser.add_argument("--model", default=None, help="a checkpoint folder or .gguf file (default: SmolLM2)")
+    parser.add_argument("--served-model-name", default=DEFAULT_MODEL, help="the name clients ask for")
+    parser.add_argument("--threads-per-replica", type=int, default=None,
+                        help="torch threads in each replica (default: the cores shared out)")
+    args = parser.parse_args(argv)
+    if args.replicas < 1:
+        parser.error("--replicas must be at least 1")
+    threads = args.threads_per_replica or max(1, (os.cpu_count() or 1) // args.replicas)
+    block_size = 1 if args.prefix_cache == "radix" else args.block_size
+    with tempfile.TemporaryDirectory(prefix="kvcourse-cluster-") as logdir, \
+            replicas(args.replicas, replica_args(args), Path(logdir), threads) as children:
+        for child in children:
+            print(f"{child.name}: {child.url}/v1, KV events on {child.events} (log: {child.log})")
+        router = Router([c.url for c in children], [c.events for c in children], POLICIES[args.policy](),
+                        load_tokenizer(args.model), block_size)
+        print(f"the course router ({args.policy}) on http://{HOST}:{args.port}/v1", flush=True)
+        uvicorn.run(make_router(router), host=HOST, port=args.port, log_level="warning")
     return 0
 
 
@@ -124,7 +179,8 @@ def demo(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return serve(argv[1:]) if argv[:1] == ["serve"] else demo(argv)
+    commands = {"serve": serve, "cluster": cluster}
+    return commands[argv[0]](argv[1:]) if argv[:1] and argv[0] in commands else demo(argv)
 
 
 if __name__ == "__main__":
