@@ -1,5 +1,5 @@
 """`python -m course bench step01`: decode at batch 1 with the cache, without it, and Hugging Face `generate`;
-then the cost of one decode step against the context length, for all three. Registers with `course.bench`."""
+then the cost of one decode step against the context length, for all three. Registers with `benchmarks.runner`."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from course.bench import interleaved_best, progress, register
+from benchmarks.runner import interleaved_best, progress, register
 from course.chat import chat_ids
 from step01_kvcache.cost import step_costs
 from step01_kvcache.demo import DEFAULT_PROMPT, DEFAULT_SYSTEM

@@ -2,7 +2,7 @@
 decode step's cost against the context length, drawn from results/single.json."""
 from __future__ import annotations
 
-from course.report import COLORS, Rendered, fmt, need, provenance, pyplot, register, svg, table
+from benchmarks.reporting import COLORS, Rendered, fmt, need, provenance, pyplot, register, svg, table
 
 
 def plot_decode_cost(rec: dict):

@@ -16,7 +16,7 @@ import argparse
 
 import torch
 
-from course.bench import interleaved_best, register
+from benchmarks.runner import interleaved_best, register
 from step01_kvcache.generate import SamplingParams, generate
 from step02_paged.config import EngineConfig
 from step02_paged.engine import Engine
@@ -63,12 +63,12 @@ def hf_batched(hf, prompts: list[list[int]], params: SamplingParams, pad_id: int
 @register("step02")
 def bench_step02(args: argparse.Namespace) -> dict:
     if args.workload == "host":
-        from course.bench import progress
+        from benchmarks.runner import progress
 
         from .host import host_bench
         return host_bench(progress=progress)
     if args.workload == "speculative":
-        from course.bench import progress
+        from benchmarks.runner import progress
         from step01_kvcache.pretrained import load_model, load_tokenizer
 
         from .speculative import spec_bench

@@ -3,8 +3,8 @@ chapter 1, and the KV memory each holds step by step, drawn from results/batch.j
 step (results/host.json); speculative decoding against plain decoding (results/speculative.json)."""
 from __future__ import annotations
 
+from benchmarks.reporting import COLORS, Rendered, fmt, met, need, provenance, pyplot, register, svg, table
 from course import results
-from course.report import COLORS, Rendered, fmt, met, need, provenance, pyplot, register, svg, table
 
 HOST_TARGET_US = 300  # the host bench's target: µs per decode step at most, every manager and context
 HOST_FLAT = 1.3  # and flat: the longest context's step at most this many times the shortest's

@@ -1,6 +1,6 @@
 """`python -m course bench step03 --workload short|long|shared_prefix [--json]`.
 
-The cache off/on runner every prefix-caching chapter shares (course.bench.prefix_cache_bench), plus what this
+The cache off/on runner every prefix-caching chapter shares (benchmarks.runner.prefix_cache_bench), plus what this
 chapter adds: per-round hit rates (per request as the mini-vllm tutorial counts them: a request hits when it
 reuses at least one block), the cost of hashing per token, and the cost of looking up an already hashed 2k-token
 prompt.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import timeit
 
-from course.bench import prefix_cache_bench, register
+from benchmarks.runner import prefix_cache_bench, register
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step02_paged.cache_manager import PrefixMatch

@@ -2,7 +2,7 @@
 what hashing a prompt costs, drawn from results/*.json."""
 from __future__ import annotations
 
-from course.report import Rendered, need, prefix_cache_block, prefix_records, register
+from benchmarks.reporting import Rendered, need, prefix_cache_block, prefix_records, register
 
 
 def headline() -> str:

@@ -1,5 +1,5 @@
 """`python -m course bench step04 --workload <name> [--json]`: the engine on one-token slots with the radix cache
-off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus the cost of the
+off and on (through benchmarks.runner.prefix_cache_bench, as every prefix-caching chapter), plus the cost of the
 tree's bookkeeping. `python -m course report` sets its results beside chapter 3's, workload by workload.
 
 `--workload multi_doc` compares the waiting-queue policies instead (policies.py), on chapter 3's hash and
@@ -11,7 +11,7 @@ import random
 import time
 from statistics import median
 
-from course.bench import prefix_cache_bench, register
+from benchmarks.runner import prefix_cache_bench, register
 from course.workloads import get_workload
 from step02_paged import Engine, EngineConfig, KVCacheManager
 from step04_radix.radix_cache import RadixKVCacheManager

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from statistics import mean, median
 
-from course.bench import p99
+from benchmarks.runner import p99
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.cache_manager import CacheManager
@@ -87,7 +87,7 @@ def compare_policies(chapter: str, designs: dict[str, Design], args: argparse.Na
     """Every design x every policy (dfs-weight where the manager has a tree) in the tight pool, and fcfs against
     lpm in the roomy one: one process, the real model, greedy; `args.repeats` passes, each run's fastest kept (one
     pass takes about a minute on 2 idle cores)."""
-    from course.bench import progress
+    from benchmarks.runner import progress
     from course.workloads import get_workload
     from step01_kvcache.pretrained import load_model, load_tokenizer
 

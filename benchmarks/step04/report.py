@@ -3,7 +3,7 @@ against chapter 3's hashed blocks on the same requests, the tree's own bookkeepi
 policies side by side on `multi_doc`."""
 from __future__ import annotations
 
-from course.report import (
+from benchmarks.reporting import (
     COLORS,
     WORKLOADS,
     Rendered,

@@ -1,5 +1,5 @@
 """`python -m course bench step05 --workload <name> [--json]`: the engine with the bridge (block_size 16), cache
-off and on (through course.bench.prefix_cache_bench, as every prefix-caching chapter), plus per-round hit rates;
+off and on (through benchmarks.runner.prefix_cache_bench, as every prefix-caching chapter), plus per-round hit rates;
 `--workload multi_turn` compares the host tier off and on instead (tier.py).
 
 `python -m benchmarks.step05.bench [--workloads ...] [--block-sizes 16 4 1]` compares the three designs of chapters
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from statistics import median
 
+from benchmarks.runner import prefix_cache_bench, register
 from course import results
-from course.bench import prefix_cache_bench, register
 from course.workloads import get_workload
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig, KVCacheManager

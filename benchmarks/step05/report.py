@@ -2,8 +2,7 @@
 same requests, and their reuse as the block size shrinks (results/designs.json, measured without the model)."""
 from __future__ import annotations
 
-from course import results
-from course.report import (
+from benchmarks.reporting import (
     COLORS,
     Rendered,
     fmt,
@@ -17,6 +16,7 @@ from course.report import (
     svg,
     table,
 )
+from course import results
 
 
 def plot_block_sizes(rec: dict):

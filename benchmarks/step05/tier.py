@@ -15,7 +15,7 @@ from statistics import mean
 
 import torch
 
-from course.bench import p99, progress, run_sequential
+from benchmarks.runner import p99, progress, run_sequential
 from step01_kvcache.request import SamplingParams
 from step02_paged import Engine, EngineConfig
 from step02_paged.geometry import cdiv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from course.bench import register
+from benchmarks.runner import register
 
 
 @register("step06")

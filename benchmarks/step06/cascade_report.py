@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from course.report import met, table
+from benchmarks.reporting import met, table
 
 from .cascade import goals
 from .common import RESULTS

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from course.report import met
+from benchmarks.reporting import met
 
 from .common import RESULTS
 from .engine import floor_us, goals

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from course.bench import p99
+from benchmarks.runner import p99
 from step01_kvcache.request import SamplingParams
 from step01_kvcache.tiny import SMOLLM2_135M
 from step02_paged.fp8_pool import FP8, dequantize, make_kv_pool, quantize, token_scales

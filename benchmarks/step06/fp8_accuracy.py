@@ -28,7 +28,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from course.bench import progress
+from benchmarks.runner import progress
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from benchmarks.reporting import fmt, met, provenance, table
 from course import results
-from course.report import fmt, met, provenance, table
 from step02_paged.geometry import cdiv
 
 from .common import RESULTS

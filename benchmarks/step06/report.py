@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from course import report as course_report
-from course.report import met
+from benchmarks import reporting
+from benchmarks.reporting import met
 from step06_triton.decode_attention import split_bucket, split_buckets
 
 from . import cascade_report, engine_report, fp8_report, speculative_report
@@ -266,8 +266,8 @@ def sections() -> dict[tuple[str, str], str]:
     return {RULE: split_rule(load()), FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu())}
 
 
-@course_report.register("step06", headline, BEGIN, sections)
-def render() -> course_report.Rendered:
+@reporting.register("step06", headline, BEGIN, sections)
+def render() -> reporting.Rendered:
     """The README's block, its roofline plot and the engine's timeline, for `python -m course report`."""
     res, engine = load(), engine_report.load()
     return block(res, engine), {"roofline.svg": lambda path: plot(res, path),
@@ -275,7 +275,7 @@ def render() -> course_report.Rendered:
 
 
 def readme_block(readme: str) -> str:
-    return course_report.readme_block(readme, BEGIN, END)
+    return reporting.readme_block(readme, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,9 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     text = block(res, engine)
     print(text)
     if args.write:
-        course_report.write_block(README, text, BEGIN, END)
+        reporting.write_block(README, text, BEGIN, END)
         for markers, section in sections().items():
-            course_report.write_block(README, section, *markers)
+            reporting.write_block(README, section, *markers)
         plot(res)
         engine_report.plot_timeline(engine, RESULTS / "timeline.svg")
     return 0

@@ -1,4 +1,4 @@
-"""`python -m step07_serving.bench [--save]`: the `short` workload through the server on the real model, once per
+"""`python -m benchmarks.step07.bench [--save]`: the `short` workload through the server on the real model, once per
 cache design, with a ZMQ subscriber on the server's KV events; writes results/short.json.
 
 Each round of the workload (three requests, one per persona) is sent at once by streaming clients on 127.0.0.1, as
@@ -23,10 +23,17 @@ from course.tokenizer import load_tokenizer
 from course.workloads import get_workload
 from step01_kvcache.pretrained import DEFAULT_MODEL, load_model
 from step02_paged import Engine, EngineConfig
-
-from .cache_events import DESIGNS, cached_blocks, with_events
-from .kv_events import BlockRemoved, BlockStored, CacheView, EventLog, Subscriber, ZmqPublisher, encode_batch
-from .server import make_app, running
+from step07_serving.cache_events import DESIGNS, cached_blocks, with_events
+from step07_serving.kv_events import (
+    BlockRemoved,
+    BlockStored,
+    CacheView,
+    EventLog,
+    Subscriber,
+    ZmqPublisher,
+    encode_batch,
+)
+from step07_serving.server import make_app, running
 
 POOL_TOKENS = 640  # fewer than the workload's three system prompts and three running answers need at once
 NEW_TOKENS = 16
@@ -99,11 +106,11 @@ def run_design(design: str, model, tok, prompts: list[list[int]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m step07_serving.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.step07.bench", description=__doc__.splitlines()[0])
     p.add_argument("--designs", default="hash,radix,bridge", help="comma-separated: none, hash, radix, bridge")
     p.add_argument("--save", action="store_true", help="write step07_serving/results/short.json")
     args = p.parse_args(argv)
-    meta = results.started("python -m step07_serving.bench --save")
+    meta = results.started("python -m benchmarks.step07.bench --save")
     model, tok = load_model(), load_tokenizer()
     prompts = get_workload("short").prompts(tok)
     rows = [run_design(d, model, tok, prompts) for d in args.designs.split(",")]

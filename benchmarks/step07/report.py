@@ -2,7 +2,7 @@
 the clients and a subscriber to the KV events saw it, drawn from results/short.json."""
 from __future__ import annotations
 
-from course.report import Rendered, fmt, need, provenance, register, table
+from benchmarks.reporting import Rendered, fmt, need, provenance, register, table
 
 DESIGNS = {"hash": "hash (ch. 3)", "radix": "radix (ch. 4)", "bridge": "bridge (ch. 5)", "none": "none (ch. 2)"}
 
