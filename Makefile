@@ -20,10 +20,13 @@ tour: .venv/.installed
 # fixtures run once; tests/conftest.py hands out the longest files first and gives each worker its share of cores.
 XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 
+# The layers first (pyproject.toml's import-linter contract: command line > benchmarks > chapters > shared plumbing).
 test: .venv/.installed
+	.venv/bin/lint-imports --no-cache
 	$(PY) -m pytest -q $(XDIST) --nbmake tests notebooks
 
 test-fast: .venv/.installed
+	.venv/bin/lint-imports --no-cache
 	$(PY) -m pytest -q $(XDIST) -m "not slow" tests
 
 # The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 31
@@ -52,6 +55,7 @@ bench: .venv/.installed
 	$(PY) -m course bench step05 --workload multi_doc --save --json | tail -1
 	$(PY) -m benchmarks.step05.bench --save | tail -1
 	$(PY) -m course bench step06 --workload fp8 --save --json | tail -1
+	$(PY) -m benchmarks.step07.bench --save | tail -1
 	@echo "chapter 6 measures on a GPU: python -m benchmarks.step06.kernels --part kernels --out step06_triton/results/h200.json;"
 	@echo "  python -m benchmarks.step06.engine --out step06_triton/results/h200_engine.json; python -m benchmarks.step06.cascade --out step06_triton/results/h200_cascade.json;"
 	@echo "  python -m benchmarks.step06.fp8 --out step06_triton/results/h200_fp8.json; python -m benchmarks.step06.speculative --out step06_triton/results/h200_speculative.json;"

@@ -9,9 +9,9 @@ whose committed .dot differs from what the code draws now (the tests ask the sam
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from .chapters import chapters
 from .draw import has_dot, render_svg
@@ -23,11 +23,20 @@ def figures_dir(chapter: str) -> Path:
 
 
 def lesson_figures(chapter: str) -> dict[str, str]:
-    """{name: DOT source} of a chapter, or {} if it has no `pictures.lesson_figures`."""
-    if not (REPO_ROOT / chapter / "pictures.py").is_file():
-        return {}
-    pictures = importlib.import_module(f"{chapter}.pictures")
-    return pictures.lesson_figures() if hasattr(pictures, "lesson_figures") else {}
+    """{name: DOT source} of a chapter's lesson pictures (`pictures.lesson_figures()`)."""
+    return pictures()[chapter].lesson_figures()
+
+
+def pictures() -> dict[str, ModuleType]:
+    """Every chapter's `pictures` module, by chapter."""
+    from step01_kvcache import pictures as p01
+    from step02_paged import pictures as p02
+    from step03_prefix_hash import pictures as p03
+    from step04_radix import pictures as p04
+    from step05_bridge import pictures as p05
+    from step06_triton import pictures as p06
+    from step07_serving import pictures as p07
+    return {m.__name__.split(".")[0]: m for m in (p01, p02, p03, p04, p05, p06, p07)}
 
 
 def stale(chapter: str) -> list[str]:

@@ -9,8 +9,6 @@ and head beside them), one layer of it to scale.
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 
 from course.draw import Dot, word_ids, words
@@ -190,9 +188,3 @@ def lesson_figures() -> dict[str, str]:
                                      num_blocks=10),
             "cascade": cascade_dot(*cascade_scenario()),
             "fp8_block": fp8_block_dot()}
-
-
-if __name__ == "__main__":  # the chapter's figures alone: `python -m course figures` draws every chapter's
-    from course.figures import main
-
-    sys.exit(main([__package__]))

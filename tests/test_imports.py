@@ -1,18 +1,20 @@
-"""The course's import structure: chapters import earlier chapters and `course/`, `course/` imports no chapter but
-the model it loads (chapter 1's), nothing imports in a circle, and importing a chapter changes nothing in the
-process (chapter 6's kernels need Triton's interpreter switched on before triton is imported: the importer's job)."""
+"""The course's import structure: the layers of pyproject.toml's import-linter contract (`lint-imports`, which `make
+test` runs) name every chapter and every module of `course`, so that nothing escapes them; nothing imports in a circle;
+and importing a chapter changes nothing in the process (chapter 6's kernels need Triton's interpreter switched on
+before triton is imported: the importer's job)."""
 from __future__ import annotations
 
 import ast
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from course.chapters import chapters
 from course.paths import REPO_ROOT
 
-PACKAGES = ["course", *chapters()]
+PACKAGES = ["course", "benchmarks", *chapters()]
 
 
 def _module(path: Path) -> str:
@@ -42,11 +44,40 @@ def _graph() -> dict[str, set[str]]:
     return {_module(p): _imports(p, modules) - {_module(p)} for p in files}
 
 
-def test_course_imports_no_chapter_but_the_model():
-    graph = _graph()
-    named = {(m, i) for m, imports in graph.items() if m.split(".")[0] == "course" for i in imports
-             if i.split(".")[0] not in ("course", "step01_kvcache")}
-    assert not named, f"course/ imports a chapter by name (register it instead): {sorted(named)}"
+def _layers() -> list[list[str]]:
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    return [[m.strip() for m in layer.replace("|", ":").split(":")] for layer in contract["layers"]]
+
+
+def test_the_layers_name_every_package_and_every_module_of_course():
+    """A module in no layer is checked by nothing: every chapter is a layer of its own, in order, below the
+    benchmarks and above the shared plumbing, and each top-level module or package of `course` is in one layer."""
+    layers = _layers()
+    tops = [layer[0] for layer in layers if len(layer) == 1]
+    assert tops == ["benchmarks", *reversed(chapters())], f"the single-package layers are {tops}"
+    named = [m for layer in layers for m in layer if m.startswith("course.")]
+    own = sorted(f"course.{p.stem}" for p in (REPO_ROOT / "course").iterdir()
+                 if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
+    assert sorted(named) == own, f"course's modules {own}, the layers name {sorted(named)}"
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert sorted(config["root_packages"]) == sorted(["course", "benchmarks", *chapters()])
+
+
+def test_no_chapter_holds_measurement():
+    """A chapter package holds what its lesson teaches; its benches, reports and measures live in benchmarks/."""
+    held = [f"{c}/{name}" for c in chapters() for name in ("bench.py", "report.py", "measure", "host_bench.py",
+                                                         "spec_bench.py", "policy_bench.py", "tier_bench.py")
+            if (REPO_ROOT / c / name).exists()]
+    assert not held, f"measurement inside a chapter: {held} (it belongs in benchmarks/stepNN/)"
+    assert sorted(p.name for p in (REPO_ROOT / "benchmarks").glob("step*")) == [c.split("_")[0] for c in chapters()]
+
+
+def test_the_layers_hold():
+    """What `make test` runs first, here too so that a test run alone says it."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--no-cache"], capture_output=True, text=True, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stdout[-3000:]
 
 
 def test_no_import_circle():

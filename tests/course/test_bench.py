@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
+from benchmarks.runner import hf_prefill, hf_prefix_baselines, hf_ttfts
 from benchmarks.step01.bench import hf_decode_step_s
 from course import homework_tool as hw
 from course import results
-from course.bench import hf_prefill, hf_prefix_baselines, hf_ttfts
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.hf import to_hf_model
 from step01_kvcache.tiny import tiny_model

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from benchmarks import reporting
 from course import report, results
 from course.chapters import chapters
 from course.paths import REPO_ROOT
@@ -25,9 +26,9 @@ def test_every_chapter_registers_a_report():
 def test_chapter_block_is_the_reports_output(chapter):
     readme = (results.chapter_dir(chapter) / "README.md").read_text()
     text, plots = REPORTS[chapter].render()
-    assert report.readme_block(readme, REPORTS[chapter].begin) == text, f"{chapter}'s README results block {STALE}"
+    assert reporting.readme_block(readme, REPORTS[chapter].begin) == text, f"{chapter}'s README results block {STALE}"
     for (begin, end), section in (REPORTS[chapter].sections() if REPORTS[chapter].sections else {}).items():
-        assert report.readme_block(readme, begin, end) == section, f"{chapter}'s README block {begin} {STALE}"
+        assert reporting.readme_block(readme, begin, end) == section, f"{chapter}'s README block {begin} {STALE}"
     for name in plots:
         assert f"](results/{name})" in readme, f"{chapter}: plot {name} is drawn but not shown"
         assert (results.chapter_dir(chapter) / "results" / name).is_file(), f"results/{name} {STALE}"
@@ -35,7 +36,7 @@ def test_chapter_block_is_the_reports_output(chapter):
 
 def test_root_overview_is_the_reports_output():
     overview = report.overview(REPORTS)
-    assert report.readme_block((REPO_ROOT / "README.md").read_text()) == overview, f"README.md {STALE}"
+    assert reporting.readme_block((REPO_ROOT / "README.md").read_text()) == overview, f"README.md {STALE}"
 
 
 @pytest.mark.parametrize("chapter", list(REPORTS))
@@ -64,8 +65,8 @@ def test_hugging_face_baselines_are_sdpa():
 
 def test_missing_results_name_the_command(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "chapter_dir", lambda chapter: tmp_path)
-    monkeypatch.setattr(report, "REPO_ROOT", tmp_path.parent)
-    with pytest.raises(report.MissingResults, match="make bench"):
+    monkeypatch.setattr(reporting, "REPO_ROOT", tmp_path.parent)
+    with pytest.raises(reporting.MissingResults, match="make bench"):
         REPORTS["step01"].render()
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from benchmarks.runner import BENCHES
 from benchmarks.step04 import bench
 from benchmarks.step04 import policies as policy_bench
-from course.bench import BENCHES
 from step01_kvcache.tiny import tiny_model
 
 

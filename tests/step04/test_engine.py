@@ -214,11 +214,11 @@ def test_real_model_bench_short_and_diverge(monkeypatch):
     on the first two requests only: a third of the test's time otherwise."""
     import argparse
 
-    import course.bench
+    import benchmarks.runner
     from benchmarks.step04.bench import bench_step04
 
-    every = course.bench.hf_prefix_baselines
-    monkeypatch.setattr(course.bench, "hf_prefix_baselines",
+    every = benchmarks.runner.hf_prefix_baselines
+    monkeypatch.setattr(benchmarks.runner, "hf_prefix_baselines",
                         lambda model, prompts, firsts: every(model, prompts[:2], firsts[:2], nocache_requests=1))
 
     for name in ("short", "diverge"):

@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import pytest
 
+from benchmarks import reporting as course_report
 from benchmarks.step06 import report
-from course import report as course_report
 from step06_triton import pictures
 from tests.driver import demo_answer_matches_step01
 
@@ -24,8 +24,8 @@ def test_readme_results_are_the_reports_output():
 def test_every_target_is_stated_with_its_measurement():
     """The kernels' targets as their run judged them; the engine's and cascade's judged from the data by the
     report (so a target changed since a run is judged on the numbers, not on the run's own verdict)."""
+    from benchmarks.reporting import fmt
     from benchmarks.step06 import cascade, cascade_report, engine
-    from course.report import fmt
 
     res, e = report.load(), report.engine_report.load()
     goals = res["kernels"]["goals"] + engine.goals({k: v for k, v in e.items() if k in ("smollm2_135m",
