@@ -1,5 +1,6 @@
 """Replicas as processes: N copies of `python -m step07_serving serve` on 127.0.0.1, each with its own engine, pool
-and KV-event stream, started and always stopped together.
+and KV-event stream, started and always stopped together; and the routers of the field in front of them, as
+processes too (`smg`, the Shepherd Model Gateway that grew out of SGLang's router).
 
 Each replica binds any free port (HTTP and ZMQ) and prints where; its output goes to a log file, which is where the
 parent reads those addresses (a pipe nobody drains would block a chatty server). A replica runs in its own process
@@ -12,7 +13,9 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -137,3 +140,46 @@ def replicas(n: int, serve_args: Sequence[str], logdir: Path, threads: int | Non
     finally:
         for child in children:
             stop(child)
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 that nobody listens on now, for a program that cannot pick its own (port 0)."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def program(name: str) -> str:
+    """The path of a command installed with the course's packages (beside this Python), or on PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"`{name}` is not installed: pip install the course's `serve` extra")
+    return found
+
+
+SMG_POLICIES = ("cache_aware", "round_robin", "power_of_two", "random")
+
+
+def smg_command(port: int, metrics_port: int, worker_urls: Sequence[str], policy: str) -> list[str]:
+    """`smg launch` in front of OpenAI-compatible workers, every port on 127.0.0.1 (its metrics bind 0.0.0.0 unless
+    told otherwise). Over HTTP its `cache_aware` keeps an approximate radix tree of the request texts it routed, per
+    worker, with no events; it needs no tokenizer."""
+    return [program("smg"), "launch", "--host", HOST, "--port", str(port), "--worker-urls", *worker_urls,
+            "--policy", policy, "--prometheus-host", HOST, "--prometheus-port", str(metrics_port),
+            "--disable-tokenizer-autoload", "--log-level", "warn"]
+
+
+@contextmanager
+def smg(worker_urls: Sequence[str], policy: str, logdir: Path, port: int = 0,
+        timeout_s: float = 60.0) -> Iterator[Child]:
+    """`smg` routing to `worker_urls` with `policy`; yields it (`.url`) once it answers `/health`, and stops it
+    however the block ends."""
+    port = port or free_port()
+    child = spawn(f"smg-{policy}", smg_command(port, free_port(), worker_urls, policy), logdir)
+    child.url = f"http://{HOST}:{port}"
+    try:
+        wait_healthy(child, time.monotonic() + timeout_s)
+        yield child
+    finally:
+        stop(child, grace_s=0.5)  # it holds no state: no need to wait out its drain window

@@ -1,6 +1,6 @@
-"""Replicas as processes behind the course's router: round robin takes turns, the cache-aware policy keeps each
-prefix on one replica (and so serves it from the cache), the answers are the replicas' own, every process binds
-127.0.0.1 only, and every process is reaped however the block that started it ends.
+"""Replicas as processes behind the course's router and behind `smg`: round robin takes turns, a cache-aware policy
+keeps each prefix on one replica (and so serves it from the cache), the answers are the replicas' own, every process
+binds 127.0.0.1 only, and every process is reaped however the block that started it ends.
 
 The replicas serve the tiny random model, saved as a checkpoint folder with the real tokenizer; their pools are
 small (64 blocks of 16). Each test uses prompts of its own, so the replicas' caches never carry one test's prefixes
@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from step01_kvcache.hf import to_hf_config, to_hf_state_dict
 from step07_serving import running
-from step07_serving.cluster import replicas
+from step07_serving.cluster import replicas, smg
 from step07_serving.router import Router, make_router, prompt_hashes
 from step07_serving.routing import CacheAware, RoundRobin
 
@@ -155,6 +155,53 @@ def listening(pid: int) -> set[str]:
 def test_every_replica_listens_on_loopback_only(two):
     for child in two:
         assert listening(child.process.pid) == {"127.0.0.1"}, child.name
+
+
+def finished_requests(url: str) -> float:
+    """Requests the replica has finished since it started, from its `/metrics`."""
+    lines = httpx.get(f"{url}/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith("vllm:request_success_total"))
+
+
+def chats(tag: str, n: int = 3, users: int = 3) -> list[list[dict]]:
+    """`users` rounds over `n` tenants, as chats: a long system prompt per tenant (different from its first words,
+    as an approximate router over text needs), then each user's own question."""
+    return [[{"role": "system", "content": f"{tag} tenant {t}: " + "You answer questions about the course. " * 5},
+             {"role": "user", "content": f"Question {u}: what is a block?"}] for u in range(users) for t in range(n)]
+
+
+def through(url: str, children, prompts: list[list[dict]]) -> list[tuple[int, int, str]]:
+    """(replica index, cached prompt tokens, text) of each chat sent to `url` one after another; the replica is the
+    one whose count of finished requests grew (any router: nothing is asked of it)."""
+    out = []
+    for messages in prompts:
+        before = [finished_requests(c.url) for c in children]
+        body = {"model": MODEL, "messages": messages, "max_tokens": 3, "temperature": 0}
+        answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+        assert answer.status_code == 200, answer.text
+        [index] = [i for i, c in enumerate(children) if finished_requests(c.url) > before[i]]
+        answer = answer.json()
+        out.append((index, answer["usage"]["prompt_tokens_details"]["cached_tokens"],
+                    answer["choices"][0]["message"]["content"]))
+    return out
+
+
+def test_smg_round_robin_spreads_and_cache_aware_keeps_each_prefix_on_one_replica(two, tmp_path):
+    served, cached = {}, {}
+    for policy in ("round_robin", "cache_aware"):
+        prompts = chats(policy)
+        with smg([c.url for c in two], policy, tmp_path) as router:
+            assert listening(router.process.pid) == {"127.0.0.1"}  # its metrics too
+            served[policy] = through(router.url, two, prompts)
+        cached[policy] = sum(c for _, c, _ in served[policy][3:])
+        direct = httpx.post(f"{two[0].url}/v1/chat/completions", timeout=60, json={
+            "model": MODEL, "messages": prompts[0], "max_tokens": 3, "temperature": 0}).json()
+        assert served[policy][0][2] == direct["choices"][0]["message"]["content"]
+    for t in range(3):
+        assert len({served["round_robin"][i][0] for i in range(t, 9, 3)}) == 2, f"round robin kept tenant {t}"
+        assert len({served["cache_aware"][i][0] for i in range(t, 9, 3)}) == 1, f"cache_aware split tenant {t}"
+    assert {i for i, _, _ in served["cache_aware"][:3]} == {0, 1}  # new prefixes spread
+    assert cached["cache_aware"] > cached["round_robin"]
 
 
 def test_replicas_are_reaped_when_the_block_fails(checkpoint, tmp_path):
