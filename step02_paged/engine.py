@@ -303,10 +303,6 @@ class Engine:
             bar.close()
         return [done[i] for i in ids]
 
-    def _tokens_in_flight(self) -> dict[int, int]:
-        """Sampled tokens not read yet, per live sequence: none, since every step reads what it sampled."""
-        return {}
-
     @property
     def kv_bytes_per_block(self) -> int:
         return self.pool.bytes_per_block
@@ -325,16 +321,13 @@ class Engine:
             assert not s.block_table and s.num_computed_tokens == 0, f"waiting sequence {s.seq_id} holds blocks"
             assert s.seq_id not in self.block_table.rows, f"waiting sequence {s.seq_id} holds a block-table row"
         for s in running:
-            assert s.status is SequenceStatus.RUNNING and (s.num_pending_tokens >= 1 or s.num_in_flight), \
-                f"running sequence {s.seq_id} has nothing to run and nothing in flight"
+            assert s.status is SequenceStatus.RUNNING and not s.is_stalled, \
+                f"running sequence {s.seq_id} has nothing to run and waits for nothing"
         for s in self.seqs.values():
             s.check_invariants()
             assert len(s.spec_token_ids) <= self.config.num_speculative_tokens, f"sequence {s.seq_id}: too many drafts"
         if self.proposer is not None:
             assert self.proposer.tracked() <= set(self.seqs), "the proposer keeps an index of a retired request"
-        in_flight = {s.seq_id: s.num_in_flight for s in self.seqs.values() if s.num_in_flight}
-        assert in_flight == self._tokens_in_flight(), \
-            f"tokens in flight {in_flight}, but the engine has {self._tokens_in_flight()} unread"
         self.block_table.check_invariants(running)
         if not self.has_unfinished():
             assert not self.cache_manager.holders and self.cache_manager.slot_usage() == (0, 0), \

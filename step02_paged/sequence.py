@@ -88,6 +88,11 @@ class Sequence:
         return self.num_tokens_with_in_flight - self.num_computed_tokens + len(self.spec_token_ids)
 
     @property
+    def is_stalled(self) -> bool:
+        """Nothing to run and no token on its way: a running sequence never is."""
+        return self.num_pending_tokens < 1 and not self.num_in_flight
+
+    @property
     def is_finished(self) -> bool:
         return self.status in (SequenceStatus.FINISHED, SequenceStatus.ABORTED)
 

@@ -132,7 +132,11 @@ class OverlapEngine(Engine):
         live = [i for i, seq in enumerate(launched.sampled) if not seq.is_finished]
         return self._append([launched.sampled[i] for i in live], [tokens[i] for i in live])
 
-    def _tokens_in_flight(self) -> dict[int, int]:
-        if self._inflight is None:
-            return {}
-        return {s.seq_id: 1 for s in self._inflight.sampled if s.seq_id in self.seqs}
+    def check_invariants(self) -> None:
+        """Chapter 2's, and the one count this engine writes: each live sequence has as many tokens in flight as
+        the launched step sampled for it (one, or none)."""
+        super().check_invariants()
+        launched = {s.seq_id for s in self._inflight.sampled if s.seq_id in self.seqs} if self._inflight else set()
+        in_flight = {s.seq_id: s.num_in_flight for s in self.seqs.values() if s.num_in_flight}
+        assert in_flight == dict.fromkeys(launched, 1), \
+            f"tokens in flight {in_flight}, but the launched step sampled {sorted(launched)} unread"

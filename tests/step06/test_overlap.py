@@ -132,3 +132,17 @@ TestOverlapBridgeMachine = OverlapBridgeMachine.TestCase
 TestOverlapBridgeMachine.settings = settings(max_examples=30, stateful_step_count=40, deadline=None)
 TestOverlapHashMachine = OverlapHashMachine.TestCase
 TestOverlapHashMachine.settings = settings(max_examples=20, stateful_step_count=40, deadline=None)
+
+
+def test_the_invariants_count_the_tokens_in_flight(model):
+    """The overlapped engine writes `num_in_flight` and checks it against the step it launched: a sequence that
+    claims one token more, or one the launched step never sampled, is caught."""
+    engine = OverlapEngine(model, EngineConfig(num_blocks=32, block_size=4))
+    engine.add_request([1, 2, 3], SamplingParams(max_new_tokens=6))
+    engine.step()
+    engine.check_invariants()
+    [seq] = engine.scheduler.running
+    assert seq.num_in_flight == 1
+    seq.num_in_flight = 2
+    with pytest.raises(AssertionError, match="in flight"):
+        engine.check_invariants()
