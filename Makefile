@@ -56,6 +56,7 @@ bench: .venv/.installed
 	$(PY) -m benchmarks.step05.bench --save | tail -1
 	$(PY) -m course bench step06 --workload fp8 --save --json | tail -1
 	$(PY) -m benchmarks.step07.bench --save | tail -1
+	$(PY) -m benchmarks.step07.routing --save | tail -1
 	@echo "chapter 6 measures on a GPU: python -m benchmarks.step06.kernels --part kernels --out step06_triton/results/h200.json;"
 	@echo "  python -m benchmarks.step06.engine --out step06_triton/results/h200_engine.json; python -m benchmarks.step06.cascade --out step06_triton/results/h200_cascade.json;"
 	@echo "  python -m benchmarks.step06.fp8 --out step06_triton/results/h200_fp8.json; python -m benchmarks.step06.speculative --out step06_triton/results/h200_speculative.json;"
