@@ -9,7 +9,7 @@ replica's ZMQ event stream and hands the batches to the event loop, which applie
 
 Failures: a replica that refuses the connection, drops it, or answers 503 (its engine stopped) is marked down and
 the request goes to another one; a JSON request can be retried until its answer is complete, a stream only until
-its first byte (after that the client has part of an answer, and the broken stream is its error). A health check
+its first byte (after that the client has part of an answer: the stream ends with an error event). A health check
 brings a replica back once it answers `/health` again. With no replica left, the client gets OpenAI's error
 envelope with 503.
 """
@@ -33,7 +33,7 @@ from step03_prefix_hash import hash_token_blocks
 from .kv_events import CacheView, KVCacheEvent, Subscriber, wire_hash
 from .protocol import OpenAIError
 from .routing import ReplicaState
-from .server import unless_disconnected
+from .server import sse, unless_disconnected
 
 HEALTH_INTERVAL_S = 1.0
 
@@ -163,8 +163,9 @@ class Router:
             try:
                 async for chunk in response.aiter_raw():
                     yield chunk
-            except httpx.TransportError:  # the replica died mid-answer: the client sees a broken stream
+            except httpx.TransportError:  # the replica died mid-answer: the stream ends with an error event
                 self.replicas[index].healthy = False
+                yield sse(OpenAIError(503, "the replica serving this request stopped").body()).encode()
             finally:
                 await response.aclose()
                 if not done:
