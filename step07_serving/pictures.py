@@ -1,5 +1,5 @@
-"""Pictures of chapter 7: the server around the engine (who runs where, what crosses between them), and the KV events
-a cache published, as text."""
+"""Pictures of chapter 7: the server around the engine (who runs where, what crosses between them), the KV events a
+cache published, as text, replicas behind a router, and which replica held which tenant's prefix as a workload ran."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -87,9 +87,62 @@ def events_dot(batches: list[list[KVCacheEvent]], decode: Callable[[list[int]], 
     return dot.source()
 
 
+def routers_dot(name: str = "routers") -> str:
+    """Replicas behind a router: requests flow down, each replica's KV events flow back up to the router, which keeps
+    a view of every replica's cache (precise); a router without events keeps its own tree of what it sent where
+    (approximate)."""
+    dot = Dot(name, rankdir="TB", nodesep="0.3", ranksep="0.45")
+    dot.node("clients", "clients (OpenAI API)", shape="oval", fillcolor="#e8f0fe")
+    dot.raw('subgraph cluster_router { label="router (one process)"; style="rounded"; color="#888888";')
+    dot.node("policy", "policy\nlongest cached prefix\nwithin a load bound", fillcolor="#fef7e0")
+    dot.node("views", "a view per replica\nblocks from its events\n+ prompts it is running", shape="cylinder",
+             fillcolor="#fef7e0")
+    dot.raw("}")
+    for i in range(3):
+        dot.node(f"r{i}", f"replica {i}\nserver + engine\ncache (chapters 3-5)", fillcolor="#ceead6")
+        dot.edge("policy", f"r{i}", "HTTP" if i == 0 else None)
+        dot.edge(f"r{i}", "views", "KV events (ZMQ)" if i == 0 else None, style="dashed", color="#1a73e8",
+                 constraint="false")
+    dot.edge("clients", "policy", "POST /v1/chat/completions")
+    dot.edge("views", "policy", "matched blocks, load", style="dotted")
+    return dot.source()
+
+
 def lesson_figures() -> dict[str, str]:
     """The figures of the lesson, by name."""
-    return {"server": server_dot(), "events": events_dot(events_scenario(), words)}
+    return {"server": server_dot(), "events": events_dot(events_scenario(), words), "routers": routers_dot()}
+
+
+TENANT_COLORS = ("#f4c7c3", "#c6dafc", "#b7e1cd", "#fce8b2", "#e1bee7", "#d7ccc8")
+
+
+def placement_dot(requests: list[tuple[int, int, int]], held: list[list[set[int]]], name: str = "placement") -> str:
+    """Which replica each request went to, and which tenants' prefixes every replica held after it. `requests`:
+    (tenant, replica, cached prompt tokens) in arrival order; `held[i][r]`: the tenants whose whole shared prefix
+    replica r held (from its KV events) after request i. A column per request: its replica's cell in the tenant's
+    colour, bold when the prefix was served from the cache; each cell lists the tenants the replica held then."""
+    def letter(t: int) -> str:
+        return chr(ord("A") + t)
+
+    def colour(t: int) -> str:
+        return TENANT_COLORS[t % len(TENANT_COLORS)]
+
+    replicas = len(held[0]) if held else 0
+    rows = ['<TR><TD ALIGN="LEFT"><B>request</B></TD>' + "".join(
+        f'<TD BGCOLOR="{colour(t)}">{letter(t)}</TD>' for t, _, _ in requests) + "</TR>"]
+    for r in range(replicas):
+        cells = []
+        for (t, routed, cached), now in zip(requests, held):
+            text = "".join(letter(x) for x in sorted(now[r])) or "-"
+            if routed == r:
+                cells.append(f'<TD BGCOLOR="{colour(t)}" BORDER="2">{f"<B>{text}</B>" if cached else text}</TD>')
+            else:
+                cells.append(f"<TD>{text}</TD>")
+        rows.append(f'<TR><TD ALIGN="LEFT">replica {r}</TD>{"".join(cells)}</TR>')
+    table = '<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="3">' + "".join(rows) + "</TABLE>"
+    dot = Dot(name)
+    dot.raw(f"placement [shape=plaintext, style=\"\", label=<{table}>];")
+    return dot.source()
 
 
 def events_text(batches: list[list[KVCacheEvent]], decode: Callable[[list[int]], str] | None = None,

@@ -28,6 +28,7 @@ def holding(*prompts: list[int], in_flight: int = 0) -> ReplicaState:
 SYSTEM_A, SYSTEM_B = list(range(100, 116)), list(range(200, 216))  # four blocks each
 
 
+@pytest.mark.task("task7.match")
 def test_a_match_walks_the_chain_and_stops_at_the_first_unknown_block():
     replica = holding(SYSTEM_A + [1, 2, 3, 4])
     assert matched_blocks(replica, chain(SYSTEM_A + [1, 2, 3, 4, 5, 6, 7, 8])) == 5
@@ -36,6 +37,7 @@ def test_a_match_walks_the_chain_and_stops_at_the_first_unknown_block():
     assert matched_blocks(replica, []) == 0
 
 
+@pytest.mark.task("task7.match")
 def test_a_match_knows_what_was_evicted_and_what_is_running():
     replica = holding(SYSTEM_A)
     replica.view.apply(BlockRemoved(chain(SYSTEM_A)[2:]))
@@ -49,18 +51,21 @@ def test_a_match_knows_what_was_evicted_and_what_is_running():
     assert matched_blocks(replica, chain(SYSTEM_B)) == 0 and not replica.running and replica.in_flight == 0
 
 
+@pytest.mark.task("task7.route")
 def test_cache_aware_sends_a_prompt_where_its_longest_prefix_is():
     replicas = [holding(SYSTEM_B), holding(SYSTEM_A[:8]), holding(SYSTEM_A)]
     assert CacheAware().choose(replicas, chain(SYSTEM_A + [7, 7, 7, 7])) == 2
     assert CacheAware().choose(replicas, chain(SYSTEM_B[:8] + [7, 7, 7, 7])) == 0
 
 
+@pytest.mark.task("task7.route")
 def test_the_load_bound_overrides_the_cache():
     replicas = [holding(SYSTEM_A, in_flight=6), holding(in_flight=1)]
     assert CacheAware(max_imbalance=4).choose(replicas, chain(SYSTEM_A)) == 1
     assert CacheAware(max_imbalance=5).choose(replicas, chain(SYSTEM_A)) == 0
 
 
+@pytest.mark.task("task7.route")
 def test_without_a_match_new_prefixes_go_to_the_least_loaded_then_in_turn():
     policy = CacheAware()
     replicas = [holding(in_flight=2), holding(in_flight=1), holding(in_flight=1)]
@@ -69,6 +74,7 @@ def test_without_a_match_new_prefixes_go_to_the_least_loaded_then_in_turn():
     assert policy.choose(replicas, chain([5] * 8)) == 1
 
 
+@pytest.mark.task("task7.route")
 def test_a_replica_that_is_down_gets_nothing():
     replicas = [holding(SYSTEM_A), holding()]
     replicas[0].healthy = False
