@@ -10,10 +10,9 @@ it, so that a forward that raised changes nothing); `_append` adds the tokens an
 happens in the step that scheduled it, so the host waits for the forward (on a GPU that wait is what chapter 6's
 overlapped engine removes, by overriding `step`).
 
-With `num_speculative_tokens` = k > 0 a decode runs its pending token and up to k drafts (ngram_proposer.py) in the
-same step, and `_verify` takes the place of `_sample`, `_advance` and `_append`: it keeps the drafts the model
-agrees with (speculative.py), rolls each sequence back over its rejected drafts as it advances it (before the cache
-manager hears of the step), appends, and proposes the next drafts. With k = 0 none of it runs.
+An engine that extends this one overrides a step's parts, never adds a branch to them: chapter 5's
+`SpeculativeEngine` verifies guessed tokens (`step`, `_prepare`, `_retire`), chapter 6's `OverlapEngine` reads each
+step's tokens one step later (`step`).
 """
 from __future__ import annotations
 
@@ -37,11 +36,9 @@ from .geometry import PoolGeometry, cdiv
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
 from .model_runner import ModelRunner
-from .ngram_proposer import NgramProposer
 from .paged_attention import PagedAttention
 from .scheduler import Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
-from .speculative import cut_drafts, verify
 
 __all__ = ["Engine", "EngineConfig", "EngineStats", "RequestOutput"]
 
@@ -66,18 +63,11 @@ class EngineStats:
     peak_blocks: int = 0
     allocated_slot_steps: int = 0
     filled_slot_steps: int = 0
-    draft_tokens: int = 0  # drafts verified (speculative decoding)
-    accepted_tokens: int = 0  # of those, the ones the model agreed with
 
     @property
     def waste_fraction(self) -> float:
         """Allocated but unfilled slots / allocated slots, summed over all steps."""
         return 1 - self.filled_slot_steps / self.allocated_slot_steps if self.allocated_slot_steps else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted drafts / verified drafts."""
-        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
 
 class Engine:
@@ -88,8 +78,7 @@ class Engine:
     (chapter 1's `AttentionBackend`): `for_step(pool, batch)` returns the step's KV store. `policy` orders the
     waiting queue before each admission (the scheduler's `Policy`; by default first come, first served); it
     belongs to this engine alone, since it may keep state. `runner` makes the one object that runs the model
-    (`ModelRunner`: eager; chapter 6 replays CUDA graphs). `config.num_speculative_tokens` > 0 gives it a
-    `proposer` (prompt lookup; any object with the same `propose`, `drop` and `tracked` will do)."""
+    (`ModelRunner`: eager; chapter 6 replays CUDA graphs)."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
                  manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,
@@ -104,7 +93,6 @@ class Engine:
                                                                 config.block_size), model.device)
         self.runner = runner(model, attention, self.pool)
         self.scheduler = Scheduler(config, self.cache_manager, policy)
-        self.proposer = NgramProposer.from_config(config) if config.num_speculative_tokens else None
         self.seqs: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self.last_scheduled: list[tuple[int, int]] = []  # (seq_id, tokens) of the latest step, for display
@@ -165,8 +153,6 @@ class Engine:
         if not batch:
             return []
         forward_batch, sampled = self._prepare(batch)
-        if self.proposer is not None:  # speculative decoding: several tokens per sequence, some rolled back
-            return self._verify(batch, self.runner.forward(forward_batch), sampled)
         tokens = self._sample(self.runner.forward(forward_batch), sampled)
         self._advance(batch)
         finished = self._append(sampled, tokens.tolist())
@@ -185,61 +171,21 @@ class Engine:
     def _prepare(self, batch: list[tuple[Sequence, int]],
                  token_ids: list[int] | None = None) -> tuple[ForwardBatch, list[Sequence]]:
         """The step's inputs (`batch` has its decodes first; `token_ids` by default the sequences' own), and the
-        sequences it samples: those that run all their pending tokens (a sequence with drafts samples each of them,
-        and its pending token)."""
+        sequences it samples: those that run all their pending tokens."""
         self.last_scheduled = [(s.seq_id, n) for s, n in batch]
-        if self.proposer is not None:  # the budget may have cut a sequence's drafts; they run after its tokens
-            cut_drafts(batch)
         seqs = [s for s, _ in batch]
         rows = [i for i, (s, n) in enumerate(batch) if n == s.num_pending_tokens]
         forward_batch = ForwardBatch.build(seqs, [n for _, n in batch], self.block_table, self.config.block_size,
                                            rows, token_ids)
         return forward_batch, [seqs[i] for i in rows]
 
-    def _advance(self, batch: list[tuple[Sequence, int]], rejected: dict[int, int] | None = None) -> None:
+    def _advance(self, batch: list[tuple[Sequence, int]]) -> None:
         """The forward ran: every sequence's counter moves past the tokens it computed, and its cache manager hears
         of it (a prefix cache publishes what became reusable). Only after the forward: a forward that raised leaves
-        every counter where it was. A speculative step first takes back the drafts the model rejected
-        (`rejected`: seq_id -> count), so that a manager only ever hears of verified tokens."""
+        every counter where it was."""
         for seq, n in batch:
             seq.advance(n)
-            if rejected and rejected.get(seq.seq_id):
-                seq.rollback(rejected[seq.seq_id])
-                self.cache_manager.rollback(seq)
             self.cache_manager.on_computed(seq)
-
-    def _verify(self, batch: list[tuple[Sequence, int]], logits: torch.Tensor,
-                sampled: list[Sequence]) -> list[RequestOutput]:
-        """The end of a speculative step: every sampled sequence keeps the drafts its own samples agree with and one
-        token more (`verify`); the forward computed every scheduled position, and the rejected drafts' positions
-        are rolled back before the cache manager hears of the step, so it only ever publishes verified tokens.
-        Then the kept tokens join their sequences and the survivors get new drafts."""
-        kept = verify(logits, sampled)
-        rejected = {}
-        for seq, (_, accepted) in zip(sampled, kept):
-            self.stats.draft_tokens += len(seq.spec_token_ids)
-            self.stats.accepted_tokens += accepted
-            rejected[seq.seq_id] = len(seq.spec_token_ids) - accepted
-            seq.spec_token_ids = []
-        self._advance(batch, rejected)
-        finished = self._append([s for s, (tokens, _) in zip(sampled, kept) for _ in tokens],
-                                [t for tokens, _ in kept for t in tokens])
-        self._propose(sampled)
-        self._record_step()
-        return finished
-
-    def _propose(self, seqs: list[Sequence]) -> None:
-        """Drafts for the next step of every sequence here that still decodes: at most `num_speculative_tokens`,
-        never more than its answer has room for after the token the step always yields, and never more than the
-        token budget has room for beside one token of every running sequence (so that, even without chunked
-        prefill, every running decode fits a step)."""
-        spare = self.config.max_num_batched_tokens - len(self.scheduler.running)
-        for seq in seqs:
-            if seq.is_finished or seq.status is not SequenceStatus.RUNNING:
-                continue
-            room = min(self.config.num_speculative_tokens, seq.params.max_new_tokens - len(seq.output_ids) - 1, spare)
-            seq.spec_token_ids = self.proposer.propose(seq, room)
-            spare -= len(seq.spec_token_ids)
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """One token per row, on the device: greedy rows in one argmax, the others with their own generator."""
@@ -272,8 +218,6 @@ class Engine:
     def _retire(self, seq: Sequence) -> RequestOutput:
         del self.seqs[seq.seq_id]
         self.block_table.release(seq.seq_id)
-        if self.proposer is not None:
-            self.proposer.drop(seq.seq_id)
         end = seq.finish_time or seq.first_token_time or seq.arrival_time
         first = seq.first_token_time or end
         return RequestOutput(seq.seq_id, seq.prompt_ids, list(seq.output_ids), seq.num_cached_tokens,
@@ -325,9 +269,6 @@ class Engine:
                 f"running sequence {s.seq_id} has nothing to run and waits for nothing"
         for s in self.seqs.values():
             s.check_invariants()
-            assert len(s.spec_token_ids) <= self.config.num_speculative_tokens, f"sequence {s.seq_id}: too many drafts"
-        if self.proposer is not None:
-            assert self.proposer.tracked() <= set(self.seqs), "the proposer keeps an index of a retired request"
         self.block_table.check_invariants(running)
         if not self.has_unfinished():
             assert not self.cache_manager.holders and self.cache_manager.slot_usage() == (0, 0), \

@@ -2,9 +2,11 @@
 reference counts.
 
 `Engine(model, EngineConfig(block_size=16, ...), BridgeKVCacheManager)` is chapter 2's engine with this cache;
-`OffsetKVCacheManager` in its place runs the mini-runtime textbook's block radix tree with offsets."""
+`OffsetKVCacheManager` in its place runs the mini-runtime textbook's block radix tree with offsets;
+`SpeculativeEngine` is chapter 2's engine verifying guessed tokens over any of the caches."""
 from .block_radix_tree import BlockRadixTree
 from .bridge_cache import BridgeKVCacheManager
 from .offset_cache import OffsetKVCacheManager
+from .speculative_engine import SpeculativeEngine
 
-__all__ = ["BlockRadixTree", "BridgeKVCacheManager", "OffsetKVCacheManager"]
+__all__ = ["BlockRadixTree", "BridgeKVCacheManager", "OffsetKVCacheManager", "SpeculativeEngine"]

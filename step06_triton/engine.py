@@ -18,6 +18,7 @@ from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step04_radix.policy import make_policy
 from step05_bridge import BridgeKVCacheManager
+from step05_bridge.speculative_engine import SpeculativeEngine
 
 from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
 from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
@@ -58,6 +59,9 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         raise ValueError("fuse applies to the captured decode step: use cuda_graphs=True")
     if host_blocks and prefix_cache != "bridge":
         raise ValueError("the host tier is chapter 5's: use prefix_cache='bridge' with host_blocks")
+    if cascade and config.get("num_speculative_tokens"):
+        raise ValueError("cascade attention with speculative decoding is not built: a verify step's rows read the "
+                         "shared prefix at several positions; use cascade=False or num_speculative_tokens=0")
     order = make_policy(policy)  # a ValueError names the policies; the engine's scheduler checks the pairing
     engine_config = EngineConfig(**config)
     manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks) if host_blocks else \
@@ -67,6 +71,8 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     if cascade:
         engine = (CascadeOverlapEngine if overlap else CascadeEngine)(
             *args, cascade_min_tokens=cascade_min_tokens, cascade_min_seqs=cascade_min_seqs)
+    elif engine_config.num_speculative_tokens and not overlap:
+        engine = SpeculativeEngine(*args)
     else:
         engine = (OverlapEngine if overlap else Engine)(*args)
     if cuda_graphs:

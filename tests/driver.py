@@ -7,6 +7,14 @@ import random
 from step01_kvcache.generate import SamplingParams, generate
 
 
+def engine_for(model, config, *args, **kwargs):
+    """Chapter 2's engine, or chapter 5's SpeculativeEngine when `config` asks for guesses."""
+    from step02_paged import Engine
+    from step05_bridge.speculative_engine import SpeculativeEngine
+
+    return (SpeculativeEngine if config.num_speculative_tokens else Engine)(model, config, *args, **kwargs)
+
+
 def drive_to_end(engine, prompts=(), params: SamplingParams | list[SamplingParams] = SamplingParams(),
                  **options) -> list:
     """Add `prompts` (each with `options`, e.g. a cache salt), then step until the engine is drained, with

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from step01_kvcache.generate import SamplingParams
 from step01_kvcache.tiny import tiny_model
+from step05_bridge.speculative_engine import SpeculativeEngine
 from tests.driver import oracle, speculative_engine
 
 MODEL = tiny_model(seed=3, num_layers=1, hidden_size=32, intermediate_size=32, head_dim=8)
@@ -68,7 +69,7 @@ class EngineMachine(RuleBasedStateMachine):
             assert out.num_cached_tokens < len(prompt), "hits are prompt tokens (a recompute's own are not)"
             self.check_output(out, prompt)
 
-    @precondition(lambda self: self.engine.proposer is not None)
+    @precondition(lambda self: isinstance(self.engine, SpeculativeEngine))
     @rule(good=st.integers(0, 3), bad=st.integers(0, 3))
     def speculate(self, good, bad):
         """From the next step on, drafts are `good` tokens of the true answer, then `bad` wrong ones: the verify

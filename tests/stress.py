@@ -40,6 +40,7 @@ from step02_paged.paged_attention import PagedAttention
 from step04_radix.policy import POLICIES, make_policy
 from step05_bridge import BridgeKVCacheManager
 from step05_bridge.host_pool import HostPool
+from step05_bridge.speculative_engine import SpeculativeEngine
 from step06_triton.engine import PREFIX_CACHES
 from step06_triton.overlap import OverlapEngine
 from tests.driver import shared_prompts
@@ -152,8 +153,8 @@ class Combo:
         manager = functools.partial(BridgeKVCacheManager, host_blocks=self.host_blocks, min_load_tokens=block) \
             if self.host_blocks else PREFIX_CACHES[self.design]
         runner = functools.partial(FaultyRunner, rng=rng, rate=fault_rate)
-        return (OverlapEngine if self.overlap else Engine)(MODEL, config, manager, PagedAttention,
-                                                           make_policy(self.policy), runner)
+        engine = OverlapEngine if self.overlap else SpeculativeEngine if self.speculative else Engine
+        return engine(MODEL, config, manager, PagedAttention, make_policy(self.policy), runner)
 
 
 def combos() -> list[Combo]:
@@ -239,7 +240,8 @@ def probe(combo: Combo, stream: list[Request], seed: int, fault_rate: float = FA
     counts.faults = engine.runner.faults
     counts.cached_tokens = engine.cache_manager.stats.hit_tokens
     counts.host_loads = host.blocks_loaded if (host := host_pool(engine)) else 0
-    counts.drafts, counts.accepted = engine.stats.draft_tokens, engine.stats.accepted_tokens
+    if isinstance(engine, SpeculativeEngine):
+        counts.drafts, counts.accepted = engine.stats.draft_tokens, engine.stats.accepted_tokens
     return counts
 
 

@@ -29,6 +29,7 @@ from step02_paged.geometry import cdiv
 from step02_paged.ngram_proposer import NgramProposer
 from step02_paged.paged_attention import PagedAttention
 from step02_paged.sequence import Sequence
+from step05_bridge.speculative_engine import SpeculativeEngine, SpeculativeStats
 
 WORKLOADS = ("edit", "short", "batch")
 CONTROL = "short"  # the workload also run with speculation on and nothing proposed
@@ -67,12 +68,13 @@ def run_workload(model, cfg: EngineConfig, prompts: list[list[int]], params: Sam
                  drafts: bool = True) -> dict:
     """`prompts` through a fresh engine, `batch` at a time, in order; the decode clocks summed. `drafts=False`
     keeps speculation on (if `cfg` asks for it) with a proposer that never drafts."""
-    engine = Engine(model, cfg)
-    if engine.proposer is not None and not drafts:
-        engine.proposer = NoDrafts.from_config(cfg)
+    if cfg.num_speculative_tokens:
+        engine = SpeculativeEngine(model, cfg, proposer=None if drafts else NoDrafts.from_config(cfg))
+    else:
+        engine = Engine(model, cfg)
     runs = [run_clocked(engine, prompts[i: i + batch], params) for i in range(0, len(prompts), batch)]
     total = {key: sum(r[key] for r in runs) for key in ("tokens", "seq_steps", "seconds")}
-    s = engine.stats
+    s = engine.stats if isinstance(engine, SpeculativeEngine) else SpeculativeStats()
     return dict(total, outputs=[o for r in runs for o in r["outputs"]], draft_tokens=s.draft_tokens,
                 accepted_tokens=s.accepted_tokens, acceptance_rate=s.acceptance_rate)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from hypothesis import settings
 
-from step02_paged import Engine, EngineConfig
+from step02_paged import EngineConfig
+from tests.driver import engine_for
 from tests.machines import MODEL, EngineMachine
 
 
 class PagedEngineMachine(EngineMachine):
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
+        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
                                           **self.speculation))
 
 

@@ -57,5 +57,7 @@ def shared_prefix_prompts(n: int, seed: int, block_size: int = 4, vocab: int = 2
 
 
 def cached_engine(model, **config) -> Engine:
-    """Chapter 2's engine with this chapter's cache manager."""
-    return Engine(model, EngineConfig(**config), PrefixCachingKVCacheManager)
+    """Chapter 2's engine with this chapter's cache manager (chapter 5's SpeculativeEngine when it asks for guesses)."""
+    from tests.driver import engine_for
+
+    return engine_for(model, EngineConfig(**config), PrefixCachingKVCacheManager)

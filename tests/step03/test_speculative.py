@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from step01_kvcache.tiny import tiny_model
-from step02_paged import Engine, EngineConfig
+from step02_paged import EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
+from step05_bridge.speculative_engine import SpeculativeEngine
 from tests.driver import oracle, speculation_reuses_only_verified
 
 from .helpers import shared_prefix_prompts
@@ -21,7 +22,7 @@ def test_speculation_publishes_only_verified_blocks(block_size, num_blocks):
     prompts = shared_prefix_prompts(6, seed=3, block_size=block_size)
     cfg = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4, max_num_batched_tokens=24,
                        num_speculative_tokens=4)
-    speculation_reuses_only_verified(Engine(MODEL, cfg, PrefixCachingKVCacheManager), answer, prompts, 10,
+    speculation_reuses_only_verified(SpeculativeEngine(MODEL, cfg, PrefixCachingKVCacheManager), answer, prompts, 10,
                                      roomy=num_blocks >= 256)
 
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis.stateful import invariant
 
-from step02_paged import Engine, EngineConfig
+from step02_paged import EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step04_radix.policy import DFSWeight, LongestPrefixMatch
-from tests.driver import most_overtaken
+from tests.driver import engine_for, most_overtaken
 from tests.machines import MODEL, EngineMachine
 
 
 class RadixEngineMachine(EngineMachine):
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
+        return engine_for(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
                                           **self.speculation),
                       RadixKVCacheManager)
 
@@ -36,7 +36,7 @@ class LPMRadixEngineMachine(EngineMachine):
         return LongestPrefixMatch(max_overtakes=self.BOUND, fcfs_above=4)
 
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
+        return engine_for(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
                                           **self.speculation),
                       RadixKVCacheManager, policy=self.policy())
 
@@ -52,7 +52,7 @@ class DFSRadixEngineMachine(LPMRadixEngineMachine):
 
 class LPMHashEngineMachine(LPMRadixEngineMachine):
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
+        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
                                           **self.speculation),
                       PrefixCachingKVCacheManager, policy=self.policy())
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from step01_kvcache.tiny import tiny_model
-from step02_paged import Engine, EngineConfig
+from step02_paged import EngineConfig
 from step04_radix import RadixKVCacheManager
+from step05_bridge.speculative_engine import SpeculativeEngine
 from tests.driver import oracle, shared_prompts, speculation_reuses_only_verified
 
 MODEL = tiny_model(seed=11)
@@ -17,5 +18,6 @@ answer = oracle(MODEL)
 def test_speculation_inserts_only_verified_tokens(num_blocks):
     cfg = EngineConfig(num_blocks=num_blocks, block_size=1, max_num_seqs=4, max_num_batched_tokens=24,
                        num_speculative_tokens=4)
-    speculation_reuses_only_verified(Engine(MODEL, cfg, RadixKVCacheManager), answer, shared_prompts(6, seed=4), 10,
+    engine = SpeculativeEngine(MODEL, cfg, RadixKVCacheManager)
+    speculation_reuses_only_verified(engine, answer, shared_prompts(6, seed=4), 10,
                                      roomy=num_blocks >= 256)

@@ -9,9 +9,10 @@ import functools
 
 from hypothesis import settings
 
-from step02_paged import Engine, EngineConfig
+from step02_paged import EngineConfig
 from step04_radix.policy import LongestPrefixMatch
 from step05_bridge import BridgeKVCacheManager
+from tests.driver import engine_for
 from tests.machines import MODEL, EngineMachine
 
 
@@ -19,7 +20,7 @@ class BridgeEngineMachine(EngineMachine):
     block_size, num_blocks = 4, 12
 
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
+        return engine_for(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
                                           max_num_batched_tokens=10, **self.speculation), BridgeKVCacheManager)
 
     def check_output(self, out, prompt):
@@ -36,7 +37,7 @@ class TieredBridgeMachine(BridgeEngineMachine):
 
     def make_engine(self):
         manager = functools.partial(BridgeKVCacheManager, host_blocks=10, min_load_tokens=self.block_size)
-        return Engine(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
+        return engine_for(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
                                           max_num_batched_tokens=10, **self.speculation), manager,
                       policy=LongestPrefixMatch())
 

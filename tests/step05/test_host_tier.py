@@ -17,7 +17,7 @@ from step02_paged.kv_pool import KVPool
 from step05_bridge import BridgeKVCacheManager
 from step05_bridge.bridge_cache import TieredMatch
 from step05_bridge.host_pool import HostPool
-from tests.driver import drive_to_end
+from tests.driver import drive_to_end, engine_for
 from tests.machines import MODEL, EngineMachine
 
 TIER = [pytest.mark.task("task5.host_tier")]
@@ -167,7 +167,7 @@ class TieredBridgeMachine(EngineMachine):
 
     def make_engine(self):
         manager = functools.partial(BridgeKVCacheManager, host_blocks=10, min_load_tokens=4)
-        return Engine(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
+        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
                                           **self.speculation), manager)
 
 

@@ -21,8 +21,10 @@ from step02_paged.model_runner import ModelRunner
 from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager
+from step05_bridge.speculative_engine import SpeculativeEngine
 from tests.driver import (
     drive_to_end,
+    engine_for,
     oracle,
     peak_blocks_off_and_on,
     run_twice_under_pressure,
@@ -107,7 +109,7 @@ def test_speculation_inserts_only_verified_blocks(block_size, num_blocks):
     cfg = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4, max_num_batched_tokens=24,
                        num_speculative_tokens=4)
     spec_model = tiny_model(seed=11)
-    speculation_reuses_only_verified(Engine(spec_model, cfg, OffsetKVCacheManager), oracle(spec_model),
+    speculation_reuses_only_verified(SpeculativeEngine(spec_model, cfg, OffsetKVCacheManager), oracle(spec_model),
                                      shared_prompts(6, seed=5), 10, roomy=num_blocks >= 256)
 
 
@@ -160,7 +162,7 @@ class OffsetEngineMachine(BridgeEngineMachine):
     with two more rules: an eviction of any size between steps, and a step whose forward raises."""
 
     def make_engine(self):
-        return Engine(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
+        return engine_for(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
                                           max_num_batched_tokens=10, **self.speculation), OffsetKVCacheManager,
                       PagedAttention, runner=FaultyRunner)
 

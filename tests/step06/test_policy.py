@@ -8,11 +8,11 @@ from hypothesis import settings
 from hypothesis.stateful import invariant
 
 from step01_kvcache.tiny import tiny_model
-from step02_paged import Engine, EngineConfig
+from step02_paged import EngineConfig
 from step04_radix.policy import LongestPrefixMatch
 from step05_bridge import BridgeKVCacheManager
 from step06_triton.engine import make_engine
-from tests.driver import drive_to_end, most_overtaken, shared_prompts, with_reference
+from tests.driver import drive_to_end, engine_for, most_overtaken, shared_prompts, with_reference
 from tests.machines import MODEL, EngineMachine
 
 BLOCK = {"none": 4, "hash": 4, "radix": 1, "bridge": 4}
@@ -60,7 +60,7 @@ class LPMBridgeEngineMachine(EngineMachine):
 
     def make_engine(self):
         cfg = EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10, **self.speculation)
-        return Engine(MODEL, cfg, BridgeKVCacheManager, policy=LongestPrefixMatch(max_overtakes=2, fcfs_above=4))
+        return engine_for(MODEL, cfg, BridgeKVCacheManager, policy=LongestPrefixMatch(max_overtakes=2, fcfs_above=4))
 
     @invariant()
     def overtaking_is_bounded(self):
