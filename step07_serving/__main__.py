@@ -21,7 +21,7 @@ from step01_kvcache.pretrained import DEFAULT_MODEL, timed_load
 from step02_paged import Engine, EngineConfig
 
 from .cache_events import DESIGNS, cached_blocks, with_events
-from .cluster import HOST, SMG_POLICIES, replicas, smg
+from .cluster import HOST, SMG_POLICIES, VLLM_ROUTER_POLICIES, replicas, smg, vllm_router
 from .kv_events import CacheView, EventLog, ZmqPublisher
 from .pictures import events_text
 from .router import Router, make_router
@@ -102,9 +102,11 @@ def cluster(argv: list[str]) -> int:
         prog="python -m step07_serving cluster",
         description="N replicas of the server and a router in front of them, on 127.0.0.1, until interrupted"))
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--router", default="course", choices=["course", "smg"],
-                        help="which router fronts the replicas: the course's (KV events) or smg (its own tree)")
-    parser.add_argument("--policy", default="cache_aware", choices=sorted({*POLICIES, *SMG_POLICIES}),
+    parser.add_argument("--router", default="course", choices=["course", "smg", "vllm-router"],
+                        help="which router fronts the replicas: the course's (KV events), smg (its own tree) or "
+                             "vllm-router")
+    parser.add_argument("--policy", default="cache_aware",
+                        choices=sorted({*POLICIES, *SMG_POLICIES, *VLLM_ROUTER_POLICIES}),
                         help=f"the router's policy (the course's: {', '.join(POLICIES)})")
     parser.add_argument("--port", type=int, default=8000, help="the router's port")
     parser.add_argument("--model", default=None, help="a checkpoint folder or .gguf file (default: SmolLM2)")
@@ -114,17 +116,20 @@ def cluster(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.replicas < 1:
         parser.error("--replicas must be at least 1")
-    if args.router == "course" and args.policy not in POLICIES:
-        parser.error(f"the course router's policies are {', '.join(POLICIES)}")
+    offered = {"course": POLICIES, "smg": SMG_POLICIES, "vllm-router": VLLM_ROUTER_POLICIES}[args.router]
+    if args.policy not in offered:
+        parser.error(f"{args.router}'s policies are {', '.join(offered)}")
     threads = args.threads_per_replica or max(1, (os.cpu_count() or 1) // args.replicas)
     block_size = 1 if args.prefix_cache == "radix" else args.block_size
     with tempfile.TemporaryDirectory(prefix="kvcourse-cluster-") as logdir, \
             replicas(args.replicas, replica_args(args), Path(logdir), threads) as children:
         for child in children:
             print(f"{child.name}: {child.url}/v1, KV events on {child.events} (log: {child.log})")
-        if args.router == "smg":
-            with smg([c.url for c in children], args.policy, Path(logdir), args.port) as router:
-                print(f"smg ({args.policy}) on {router.url}/v1 (log: {router.log})", flush=True)
+        if args.router != "course":
+            front = smg([c.url for c in children], args.policy, Path(logdir), args.port) if args.router == "smg" \
+                else vllm_router(children, args.policy, Path(logdir), args.served_model_name, block_size, args.port)
+            with front as router:
+                print(f"{args.router} ({args.policy}) on {router.url}/v1 (log: {router.log})", flush=True)
                 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # unwind: the replicas are stopped
                 try:
                     return router.process.wait()

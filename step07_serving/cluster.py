@@ -1,6 +1,6 @@
 """Replicas as processes: N copies of `python -m step07_serving serve` on 127.0.0.1, each with its own engine, pool
 and KV-event stream, started and always stopped together; and the routers of the field in front of them, as
-processes too (`smg`, the Shepherd Model Gateway that grew out of SGLang's router).
+processes too (`smg`, the Shepherd Model Gateway that grew out of SGLang's router, and `vllm-router`).
 
 Each replica binds any free port (HTTP and ZMQ) and prints where; its output goes to a log file, which is where the
 parent reads those addresses (a pipe nobody drains would block a chatty server). A replica runs in its own process
@@ -171,15 +171,45 @@ def smg_command(port: int, metrics_port: int, worker_urls: Sequence[str], policy
 
 
 @contextmanager
-def smg(worker_urls: Sequence[str], policy: str, logdir: Path, port: int = 0,
-        timeout_s: float = 60.0) -> Iterator[Child]:
-    """`smg` routing to `worker_urls` with `policy`; yields it (`.url`) once it answers `/health`, and stops it
-    however the block ends."""
-    port = port or free_port()
-    child = spawn(f"smg-{policy}", smg_command(port, free_port(), worker_urls, policy), logdir)
+def fronting(name: str, command: Sequence[str], port: int, logdir: Path, timeout_s: float = 60.0) -> Iterator[Child]:
+    """A router process listening on `port` of 127.0.0.1; yields it (`.url`) once it answers `/health`, and stops it
+    however the block ends (it holds no state: no need to wait out its drain window)."""
+    child = spawn(name, command, logdir)
     child.url = f"http://{HOST}:{port}"
     try:
         wait_healthy(child, time.monotonic() + timeout_s)
         yield child
     finally:
-        stop(child, grace_s=0.5)  # it holds no state: no need to wait out its drain window
+        stop(child, grace_s=0.5)
+
+
+def smg(worker_urls: Sequence[str], policy: str, logdir: Path, port: int = 0):
+    """`smg` routing to `worker_urls` with `policy`, as a context manager yielding its process (`.url`)."""
+    port = port or free_port()
+    return fronting(f"smg-{policy}", smg_command(port, free_port(), worker_urls, policy), port, logdir)
+
+
+VLLM_ROUTER_POLICIES = ("kv_aware", "cache_aware", "round_robin", "power_of_two")
+
+
+def vllm_router_command(port: int, metrics_port: int, workers: Sequence[Child], policy: str, model: str,
+                        block_size: int) -> list[str]:
+    """`vllm-router` in front of the replicas; with `kv_aware`, each replica's KV-event endpoint as its static event
+    source. Before routing, `kv_aware` asks a replica to render the prompt into token ids
+    (`/v1/chat/completions/render`), then prices each replica by the blocks it would have to prefill there."""
+    command = [program("vllm-router"), "--host", HOST, "--port", str(port), "--worker-urls",
+               *[w.url for w in workers], "--policy", policy, "--prometheus-host", HOST,
+               "--prometheus-port", str(metrics_port), "--log-level", "warning"]
+    if policy == "kv_aware":
+        command += ["--kv-event-block-size", str(block_size), "--kv-event-model", model]
+        for w in workers:
+            command += ["--kv-event-source", f"{w.url}={w.events}"]
+    return command
+
+
+def vllm_router(workers: Sequence[Child], policy: str, logdir: Path, model: str, block_size: int = 16,
+                port: int = 0):
+    """`vllm-router` in front of `workers` with `policy`, as a context manager yielding its process (`.url`)."""
+    port = port or free_port()
+    command = vllm_router_command(port, free_port(), workers, policy, model, block_size)
+    return fronting(f"vllm-router-{policy}", command, port, logdir)

@@ -218,6 +218,18 @@ def make_app(engine: Engine, tokenizer, model: str, after_step: Callable[[Finish
         build = protocol.chat_completion if chat else protocol.completion
         return build(name, model, served.text(tokens), last.finish_reason, use)
 
+    @app.post("/v1/completions/render")
+    async def render_completion(body: CompletionRequest) -> dict:
+        """The prompt's token ids as the engine will see them, nothing queued: vLLM's render endpoints, which a
+        router that hashes prompts into blocks itself (`vllm-router`'s `kv_aware`) asks before it routes."""
+        served.check_model(body.model)
+        return {"token_ids": tokenizer(body.prompt)["input_ids"] if isinstance(body.prompt, str) else body.prompt}
+
+    @app.post("/v1/chat/completions/render")
+    async def render_chat(body: ChatCompletionRequest) -> dict:
+        served.check_model(body.model)
+        return {"token_ids": chat_ids(tokenizer, [m.model_dump() for m in body.messages])}
+
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
         served.check_model(body.model)

@@ -1,6 +1,6 @@
-"""Replicas as processes behind the course's router and behind `smg`: round robin takes turns, a cache-aware policy
-keeps each prefix on one replica (and so serves it from the cache), the answers are the replicas' own, every process
-binds 127.0.0.1 only, and every process is reaped however the block that started it ends.
+"""Replicas as processes behind the course's router, `smg` and `vllm-router`: round robin takes turns, a cache-aware
+policy keeps each prefix on one replica (and so serves it from the cache), the answers are the replicas' own, every
+process binds 127.0.0.1 only, and every process is reaped however the block that started it ends.
 
 The replicas serve the tiny random model, saved as a checkpoint folder with the real tokenizer; their pools are
 small (64 blocks of 16). Each test uses prompts of its own, so the replicas' caches never carry one test's prefixes
@@ -17,9 +17,10 @@ import httpx
 import pytest
 from safetensors.torch import save_file
 
+from course.chat import chat_ids
 from step01_kvcache.hf import to_hf_config, to_hf_state_dict
 from step07_serving import running
-from step07_serving.cluster import replicas, smg
+from step07_serving.cluster import replicas, smg, vllm_router
 from step07_serving.router import Router, make_router, prompt_hashes
 from step07_serving.routing import CacheAware, RoundRobin
 
@@ -202,6 +203,21 @@ def test_smg_round_robin_spreads_and_cache_aware_keeps_each_prefix_on_one_replic
         assert len({served["cache_aware"][i][0] for i in range(t, 9, 3)}) == 1, f"cache_aware split tenant {t}"
     assert {i for i, _, _ in served["cache_aware"][:3]} == {0, 1}  # new prefixes spread
     assert cached["cache_aware"] > cached["round_robin"]
+
+
+def test_vllm_router_kv_aware_renders_through_the_replicas_and_answers_as_they_do(two, tmp_path, tokenizer):
+    """kv_aware asks a replica for the prompt's token ids (`/v1/chat/completions/render`, nothing queued) and reads
+    the replicas' events; it does not credit their blocks (it hashes prompts the way vLLM does, chapter 3's hash is
+    not among its schemes), so it routes by load, and every answer is still the replicas' own."""
+    prompts = chats("vllm-router")
+    rendered = httpx.post(f"{two[0].url}/v1/chat/completions/render", json={"model": MODEL, "messages": prompts[0]})
+    assert rendered.json() == {"token_ids": chat_ids(tokenizer, prompts[0])}
+    with vllm_router(two, "kv_aware", tmp_path, MODEL, BLOCK_SIZE) as router:
+        assert listening(router.process.pid) == {"127.0.0.1"}
+        served = through(router.url, two, prompts[:3])
+    direct = [httpx.post(f"{two[1].url}/v1/chat/completions", timeout=60, json={
+        "model": MODEL, "messages": p, "max_tokens": 3, "temperature": 0}).json() for p in prompts[:3]]
+    assert [text for _, _, text in served] == [d["choices"][0]["message"]["content"] for d in direct]
 
 
 def test_replicas_are_reaped_when_the_block_fails(checkpoint, tmp_path):
