@@ -3,7 +3,6 @@ from .block_manager import BlockManager, OutOfBlocksError
 from .cache_manager import CacheManager, PrefixMatch
 from .config import EngineConfig
 from .engine import Engine, RequestOutput
-from .fp8_pool import FP8KVPool, KVScales
 from .geometry import PoolGeometry, cdiv
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
@@ -11,6 +10,6 @@ from .model_runner import ModelRunner
 from .scheduler import FCFS, Policy, Scheduler
 from .sequence import Sequence, SequenceStatus
 
-__all__ = ["FCFS", "BlockManager", "CacheManager", "Engine", "EngineConfig", "FP8KVPool", "KVCacheManager", "KVPool",
-           "KVScales", "ModelRunner", "OutOfBlocksError", "Policy", "PoolGeometry", "PrefixMatch", "RequestOutput",
+__all__ = ["FCFS", "BlockManager", "CacheManager", "Engine", "EngineConfig", "KVCacheManager", "KVPool",
+           "ModelRunner", "OutOfBlocksError", "Policy", "PoolGeometry", "PrefixMatch", "RequestOutput",
            "Scheduler", "Sequence", "SequenceStatus", "cdiv"]

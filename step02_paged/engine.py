@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from step01_kvcache.attention import AttentionBackend
+from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams, validate_prompt
 from step01_kvcache.sampling import sample
@@ -31,7 +32,6 @@ from .block_table import BlockTable
 from .cache_manager import CacheManager
 from .config import EngineConfig
 from .forward_batch import ForwardBatch, decodes_first
-from .fp8_pool import make_kv_pool
 from .geometry import PoolGeometry, cdiv
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
@@ -78,16 +78,17 @@ class Engine:
     (chapter 1's `AttentionBackend`): `for_step(pool, batch)` returns the step's KV store. `policy` orders the
     waiting queue before each admission (the scheduler's `Policy`; by default first come, first served); it
     belongs to this engine alone, since it may keep state. `runner` makes the one object that runs the model
-    (`ModelRunner`: eager; chapter 6 replays CUDA graphs)."""
+    (`ModelRunner`: eager; chapter 6 replays CUDA graphs). `pool` builds the KV pool from the model's config, the
+    geometry, the model's dtype and device (`KVPool`: K/V in the model's dtype; chapter 6's FP8 pool: one byte)."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
                  manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,
                  attention: AttentionBackend = PagedAttention, policy: Policy | None = None,
-                 runner: Callable[[Transformer, AttentionBackend, KVPool], ModelRunner] = ModelRunner) -> None:
+                 runner: Callable[[Transformer, AttentionBackend, KVPool], ModelRunner] = ModelRunner,
+                 pool: Callable[[ModelConfig, PoolGeometry, torch.dtype, torch.device], KVPool] = KVPool) -> None:
         self.model, self.config, self.attention = model, config, attention
         geometry = config.geometry
-        self.pool = make_kv_pool(model.config, geometry, config.kv_cache_dtype, model.dtype, model.device,
-                                 config.kv_scales)
+        self.pool = pool(model.config, geometry, model.dtype, model.device)
         self.cache_manager = manager(geometry, self.pool)
         self.block_table = BlockTable(config.max_num_seqs, cdiv(model.config.max_position_embeddings,
                                                                 config.block_size), model.device)

@@ -1,5 +1,8 @@
 """The paged KV pool: K and V of every layer as [num_layers, num_blocks, block_size, num_kv_heads, head_dim].
 
+The engine builds its pool through one seam, `Engine(..., pool=KVPool)`: any callable `(model config, geometry,
+dtype, device) -> KVPool`. This pool keeps K/V in the model's dtype; chapter 6's FP8 pool keeps one byte per element.
+
 Memory is organised by physical page, not by sequence: any sequence's token can live in any block, and
 the block table says where. Storing and reading are each one indexed tensor operation on a flat view of
 the pool ([num_blocks * block_size, heads, dim], one row per slot), never a Python loop over tokens.
@@ -26,6 +29,11 @@ class KVPool:
     @property
     def bytes_per_block(self) -> int:
         return 2 * self.k[:, 0].nbytes  # K and V, all layers
+
+    def per_slot_tensors(self) -> tuple[torch.Tensor, ...]:
+        """Tensors laid out [num_layers, num_blocks, block_size, ...] that a block's K/V need beside them (none here;
+        an FP8 pool's per-token scales): whoever copies a block elsewhere copies these too."""
+        return ()
 
     def _flat(self, cache: torch.Tensor, layer: int) -> torch.Tensor:
         return cache[layer].view(-1, cache.shape[-2], cache.shape[-1])  # [num_slots, heads, dim]

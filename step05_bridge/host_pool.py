@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 
 from step02_paged.block_manager import BlockManager
-from step02_paged.fp8_pool import FP8KVPool
 from step02_paged.kv_pool import KVPool
 
 
@@ -32,25 +31,21 @@ class HostPool:
         with torch.inference_mode(False):  # made during a step or not, it is written outside one too (an eviction)
             self.k = torch.zeros(shape, dtype=pool.k.dtype, pin_memory=on_gpu)
             self.v = torch.zeros(shape, dtype=pool.k.dtype, pin_memory=on_gpu)
-            # An FP8 pool with a scale per token keeps it beside the bytes: a block moves with its scales, or it
-            # would be read back with whatever scales its new device block held before.
+            # What a block carries beside K and V (an FP8 pool's scale per token) moves with it, or the block would be
+            # read back with whatever its new device block held before.
             self.scales = [torch.zeros((num_blocks, *s[:, 0].shape), dtype=s.dtype, pin_memory=on_gpu)
-                           for s in (pool.k_scale, pool.v_scale)] if self._scaled(pool) else []
+                           for s in pool.per_slot_tensors()]
         self.pool = pool
         self.block_manager = BlockManager(num_blocks)
         self.stream = torch.cuda.Stream(pool.k.device) if on_gpu else None
         self.blocks_saved = self.blocks_loaded = 0
-
-    @staticmethod
-    def _scaled(pool: KVPool) -> bool:
-        return isinstance(pool, FP8KVPool) and pool.dynamic
 
     @property
     def bytes_per_block(self) -> int:
         return 2 * self.k[0].nbytes + sum(s[0].nbytes for s in self.scales)
 
     def _device_scales(self) -> tuple[torch.Tensor, ...]:
-        return (self.pool.k_scale, self.pool.v_scale) if self.scales else ()
+        return self.pool.per_slot_tensors()
 
     def _index(self, blocks: list[int], device: torch.device) -> torch.Tensor:
         ids = torch.tensor(blocks, dtype=torch.long)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from step01_kvcache.attention import AttentionBackend
+from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
 from step02_paged.cache_manager import CacheManager
 from step02_paged.config import EngineConfig
@@ -66,11 +67,12 @@ class SpeculativeEngine(Engine):
                  manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,
                  attention: AttentionBackend = PagedAttention, policy: Policy | None = None,
                  runner: Callable[[Transformer, AttentionBackend, KVPool], ModelRunner] = ModelRunner,
-                 proposer: NgramProposer | None = None) -> None:
+                 proposer: NgramProposer | None = None,
+                 pool: Callable[[ModelConfig, PoolGeometry, torch.dtype, torch.device], KVPool] = KVPool) -> None:
         if not config.num_speculative_tokens:
             raise ValueError("a SpeculativeEngine verifies guesses: set EngineConfig(num_speculative_tokens=k) with "
                              "k > 0, or use chapter 2's Engine")
-        super().__init__(model, config, manager, attention, policy, runner)
+        super().__init__(model, config, manager, attention, policy, runner, pool)
         self.proposer = proposer or NgramProposer.from_config(config)
         self.stats = SpeculativeStats()
 

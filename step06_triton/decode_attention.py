@@ -34,9 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
-from step02_paged import fp8_pool
 from step02_paged.geometry import cdiv
 
+from . import fp8_pool
 from .store_kvcache import kernel_scales
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the fast hardware instruction

@@ -22,6 +22,7 @@ from step05_bridge.speculative_engine import SpeculativeEngine
 
 from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
 from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
+from .fp8_pool import KVScales, kv_pool
 from .overlap import OverlapEngine
 from .triton_attention import TritonPagedAttention
 
@@ -37,13 +38,14 @@ PREFIX_CACHES = {  # the cache manager of each chapter
 def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_backend: str = "triton",
                 cuda_graphs: bool = False, fuse: bool = False, overlap: bool = False, cascade: bool = False,
                 host_blocks: int = 0, policy: str = "fcfs", cascade_min_tokens: int = MIN_TOKENS,
-                cascade_min_seqs: int = MIN_SEQS, **config) -> Engine:
+                cascade_min_seqs: int = MIN_SEQS, kv_cache_dtype: str = "auto", kv_scales: KVScales | None = None,
+                **config) -> Engine:
     """Chapter 2's engine (`overlap`: chapter 6's `OverlapEngine`) with chapter `prefix_cache`'s manager, `config`
     (EngineConfig's fields), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU;
     `cascade`: decode steps read each prefix shared by `cascade_min_seqs` rows or more, `cascade_min_tokens` long
     or more, once (Triton only); `host_blocks` > 0 puts chapter 5's host tier under the bridge; `policy` orders
-    the waiting queue (chapter 4's `fcfs`, `lpm` or `dfs-weight`). Every option is checked before anything is
-    built."""
+    the waiting queue (chapter 4's `fcfs`, `lpm` or `dfs-weight`); `kv_cache_dtype` ("auto" or "fp8_e4m3") and
+    `kv_scales` choose the pool (fp8_pool.py). Every option is checked before anything is built."""
     if attention_backend not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {sorted(BACKENDS)}, got {attention_backend!r}")
     if prefix_cache not in PREFIX_CACHES:
@@ -62,6 +64,7 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     if cascade and config.get("num_speculative_tokens"):
         raise ValueError("cascade attention with speculative decoding is not built: a verify step's rows read the "
                          "shared prefix at several positions; use cascade=False or num_speculative_tokens=0")
+    pool = kv_pool(kv_cache_dtype, kv_scales)  # a ValueError names the dtypes
     order = make_policy(policy)  # a ValueError names the policies; the engine's scheduler checks the pairing
     engine_config = EngineConfig(**config)
     manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks) if host_blocks else \
@@ -70,11 +73,11 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     args = (model, engine_config, manager, BACKENDS[attention_backend], order, runner)
     if cascade:
         engine = (CascadeOverlapEngine if overlap else CascadeEngine)(
-            *args, cascade_min_tokens=cascade_min_tokens, cascade_min_seqs=cascade_min_seqs)
+            *args, cascade_min_tokens=cascade_min_tokens, cascade_min_seqs=cascade_min_seqs, pool=pool)
     elif engine_config.num_speculative_tokens and not overlap:
-        engine = SpeculativeEngine(*args)
+        engine = SpeculativeEngine(*args, pool=pool)
     else:
-        engine = (OverlapEngine if overlap else Engine)(*args)
+        engine = (OverlapEngine if overlap else Engine)(*args, pool=pool)
     if cuda_graphs:
         engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs,
                               max_extend=min(EXTEND_SIZES[-1], engine.config.max_num_batched_tokens),

@@ -16,13 +16,13 @@ from step01_kvcache.config import ModelConfig
 from step01_kvcache.request import SamplingParams
 from step01_kvcache.tiny import SMOLLM2_135M, tiny_config
 from step02_paged.cache_manager import CacheManager
-from step02_paged.fp8_pool import FP8_MAX, KVScales, make_kv_pool
 from step02_paged.geometry import PoolGeometry, cdiv
 from step02_paged.pictures import CHATS, SYSTEM, run_step
 from step02_paged.sequence import Sequence
 from step05_bridge import BridgeKVCacheManager
 
 from .cascade import CascadeGroup, CascadeMetadata
+from .fp8_pool import FP8_MAX, KVScales, make_kv_pool
 
 SPLIT_COLORS = ["#fde293", "#ceead6", "#d2e3fc", "#f6aea9", "#e6d3f5", "#fbd2b4"]
 

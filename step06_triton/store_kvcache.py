@@ -6,7 +6,7 @@ Chapter 2 does this with one indexed assignment per tensor (`KVPool.store`); vLL
 [num_slots, num_kv_heads, head_dim]. A slot of -1 means "do not store" (padding rows of a CUDA-graph batch,
 as in vLLM), so the program returns without writing.
 
-An FP8 pool (chapter 2's `FP8KVPool`) is written by a second kernel that quantizes on the way, as vLLM's
+An FP8 pool (fp8_pool.py's `FP8KVPool`) is written by a second kernel that quantizes on the way, as vLLM's
 `reshape_and_cache_flash` does with `kv_cache_dtype="fp8"`: each head row of the token is divided by its scale,
 saturated at +-448 and rounded to e4m3, and with dynamic scales the scale is the row's own amax / 448, stored
 beside the row (one fp32 per head and token). The attention kernels multiply the scales back as they load.
@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from step02_paged import fp8_pool
+from . import fp8_pool
 
 FP8_MAX = tl.constexpr(fp8_pool.FP8_MAX)  # the largest float8_e4m3fn
 

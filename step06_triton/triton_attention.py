@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import torch
 
 from step02_paged.forward_batch import ForwardBatch
-from step02_paged.fp8_pool import FP8KVPool
 from step02_paged.kv_pool import KVPool
 
 from .cascade import CascadeBatch, CascadeGroup, CascadeMetadata, cascade_decode_attention
 from .decode_attention import Partials, num_kv_splits, paged_decode_attention
 from .extend_attention import extend_attention
+from .fp8_pool import FP8KVPool
 from .store_kvcache import store_kvcache
 
 

@@ -33,11 +33,11 @@ import torch
 from benchmarks.runner import p99
 from step01_kvcache.request import SamplingParams
 from step01_kvcache.tiny import SMOLLM2_135M
-from step02_paged.fp8_pool import FP8, dequantize, make_kv_pool, quantize, token_scales
 from step02_paged.geometry import PoolGeometry, cdiv
 from step06_triton.decode_attention import num_kv_splits, paged_decode_attention
 from step06_triton.engine import make_engine
 from step06_triton.extend_attention import extend_attention
+from step06_triton.fp8_pool import FP8, dequantize, make_kv_pool, quantize, token_scales
 from step06_triton.store_kvcache import store_kvcache
 
 from .common import Parts, checked, copy_bandwidth, exact_fp32, median_ms, needs_gpu, random_model

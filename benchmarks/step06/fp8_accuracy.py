@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct in fp32, through the course's engine (chapter 5's bridge over chapter 2's torch attention),
 with its pool in fp32 (the reference) and in fp8 e4m3 (`kv_cache_dtype="fp8_e4m3"`) under four scale
-granularities (step02_paged/fp8_pool.py):
+granularities (step06_triton/fp8_pool.py):
 - dynamic, one scale per token and head, computed as each row is stored (the course's pool);
 - static, one per layer (vLLM's and SGLang's k_scale / v_scale), calibrated;
 - static, one per layer and head, calibrated;
@@ -33,10 +33,10 @@ from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams
 from step02_paged.forward_batch import ForwardBatch
-from step02_paged.fp8_pool import KVScales, calibrate, make_kv_pool
 from step02_paged.geometry import PoolGeometry, cdiv
 from step02_paged.kv_pool import KVPool
 from step02_paged.paged_attention import PagedAttention
+from step06_triton.fp8_pool import KVScales, calibrate, make_kv_pool
 
 WORKLOADS = ("short", "long", "shared_prefix", "batch", "diverge", "multi_turn", "multi_doc")
 CALIBRATION = "batch"

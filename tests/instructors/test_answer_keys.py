@@ -786,7 +786,7 @@ def test_step06_q11_a_short_chunk_splits_its_prefix():
 
 def test_step06_q12_fp8_bytes_and_rounding():
     from benchmarks.step06.fp8_accuracy import LLAMA_3_8B
-    from step02_paged.fp8_pool import FP8_MAX, KVScales, dequantize, make_kv_pool, quantize, token_scales
+    from step06_triton.fp8_pool import FP8_MAX, KVScales, dequantize, make_kv_pool, quantize, token_scales
 
     smollm2 = ModelConfig(**SMOLLM2_135M)
     sizes = {}

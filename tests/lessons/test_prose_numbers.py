@@ -823,8 +823,8 @@ def test_step06_fp8():
     import torch
 
     from benchmarks.step06.fp8_report import REQUESTS_OF
-    from step02_paged.fp8_pool import FP8_MAX, KVScales, token_scales
     from step06_triton import decode_attention
+    from step06_triton.fp8_pool import FP8_MAX, KVScales, token_scales
     from step06_triton.pictures import fp8_block_dot
     from step06_triton.store_kvcache import scale_layout
 

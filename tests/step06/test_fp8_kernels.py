@@ -1,4 +1,4 @@
-"""The kernels on an FP8 pool (chapter 2's `FP8KVPool`), against the torch path: the store quantizes byte for byte
+"""The kernels on an FP8 pool (fp8_pool.py's `FP8KVPool`), against the torch path: the store quantizes byte for byte
 as `quantize` does (dynamic scales per token and head, static per head or per layer, saturation, slot -1), the
 decode, extend and cascade kernels read the bytes and their scales to the torch path's dequantized attention, and the
 engine on the kernels (the bridge, cascade decode) gives the torch path's fp8 tokens.
@@ -19,11 +19,11 @@ import triton.language as tl
 from benchmarks.step06.fp8 import pool_differences
 from step01_kvcache.generate import SamplingParams
 from step01_kvcache.tiny import tiny_model
-from step02_paged.fp8_pool import FP8, FP8_MAX, dequantize, quantize, token_scales
 from step06_triton.cascade import CascadeGroup, CascadeMetadata, cascade_decode_attention
 from step06_triton.decode_attention import paged_decode_attention
 from step06_triton.engine import make_engine
 from step06_triton.extend_attention import extend_attention
+from step06_triton.fp8_pool import FP8, FP8_MAX, dequantize, quantize, token_scales
 from step06_triton.store_kvcache import store_kvcache
 from tests.driver import drive_to_end, shared_prompts
 from tests.step06.test_kernels import (
@@ -242,7 +242,7 @@ def model():
 
 def test_the_kernels_give_the_torch_paths_fp8_tokens(model):
     """On the bridge in blocks of 4: chunks, round 2's prefix hits and cascade decode over fp8 prefixes give the
-    torch path's tokens (every design gives the same fp8 tokens on the torch path: tests/step05/test_fp8_designs.py)."""
+    torch path's tokens (every design gives the same fp8 tokens on the torch path: tests/step06/test_fp8_designs.py)."""
     prompts, params = shared_prompts(3, seed=3, stem=40) + [[5]], SamplingParams(max_new_tokens=4)
     outs = {}
     for backend in ("torch", "triton"):

@@ -1,4 +1,5 @@
-"""An FP8 KV pool: chapter 2's pool with every K and V element in one byte (`float8_e4m3fn`) and a scale.
+"""An FP8 KV pool: chapter 2's pool with every K and V element in one byte (`float8_e4m3fn`) and a scale. An engine
+takes it through chapter 2's pool seam, `Engine(..., pool=kv_pool("fp8_e4m3"))`, or `make_engine(kv_cache_dtype=...)`.
 
 e4m3 is a float of 1 sign bit, 4 exponent bits (bias 7) and 3 mantissa bits; the "fn" variant keeps no
 infinities and one NaN pattern, so its largest value is 448 = 1.75 * 2^8. Normal values run from 2^-6 to 448 and
@@ -17,8 +18,9 @@ Both `store` (quantize) and `gather` (dequantize to the compute dtype) keep chap
 """
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,9 +28,8 @@ import torch
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.kv_cache import KVCache
 from step01_kvcache.model import Transformer
-
-from .geometry import PoolGeometry
-from .kv_pool import KVPool
+from step02_paged.geometry import PoolGeometry
+from step02_paged.kv_pool import KVPool
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
@@ -131,6 +132,10 @@ class FP8KVPool(KVPool):
             self.k_scale, self.v_scale = k, v
         self.granularity = "token" if self.dynamic else scales.granularity
 
+    def per_slot_tensors(self) -> tuple[torch.Tensor, ...]:
+        """The dynamic scales: a block moves with them, or it is read back with another block's scales."""
+        return (self.k_scale, self.v_scale) if self.dynamic else ()
+
     @property
     def bytes_per_block(self) -> int:
         """K and V bytes of one block, all layers, with the dynamic scales stored beside them (static scales are
@@ -161,11 +166,22 @@ class FP8KVPool(KVPool):
                 dequantize(v, self._scales(self.v_scale, layer, slots), self.dtype))
 
 
+def kv_pool(kv_cache_dtype: str = "auto", kv_scales: KVScales | None = None) -> Callable[..., KVPool]:
+    """The pool an engine builds (chapter 2's `pool` seam: `(model config, geometry, dtype, device) -> KVPool`):
+    "auto" keeps K/V in the model's dtype (chapter 2's KVPool, unchanged), "fp8_e4m3" one byte per element with
+    `kv_scales` (static) or, without them, dynamic scales per token and head (vLLM's and SGLang's names)."""
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {kv_cache_dtype!r}")
+    if kv_scales is not None and (kv_cache_dtype == "auto" or not isinstance(kv_scales, KVScales)):
+        raise ValueError("kv_scales must be a KVScales, for kv_cache_dtype='fp8_e4m3' only; got "
+                         f"{type(kv_scales).__name__} with {kv_cache_dtype!r}")
+    if kv_cache_dtype == "auto":
+        return KVPool
+    return functools.partial(FP8KVPool, scales=kv_scales)
+
+
 def make_kv_pool(cfg: ModelConfig, geometry: PoolGeometry, kv_cache_dtype: str = "auto",
                  dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
                  kv_scales: KVScales | None = None) -> KVPool:
-    """The engine's pool: "auto" keeps K/V in the model's dtype (chapter 2's KVPool, unchanged), "fp8_e4m3" one
-    byte per element with `kv_scales` (static) or, without them, dynamic scales per token and head."""
-    if kv_cache_dtype == "auto":
-        return KVPool(cfg, geometry, dtype, device)
-    return FP8KVPool(cfg, geometry, dtype, device, kv_scales)
+    """A pool of `kv_cache_dtype` outside an engine (to count its bytes, say)."""
+    return kv_pool(kv_cache_dtype, kv_scales)(cfg, geometry, dtype, device)

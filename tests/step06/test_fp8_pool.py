@@ -1,6 +1,6 @@
-"""The FP8 pool (`kv_cache_dtype="fp8_e4m3"`): what e4m3 keeps of a row, what a block costs, its scales, and chapter
-2's engine on it (every design of chapters 3-5 on it: tests/step05/test_fp8_designs.py). The fp32 path (`"auto"`)
-is chapter 2's pool, unchanged."""
+"""The FP8 pool (`kv_pool("fp8_e4m3")`, `make_engine(kv_cache_dtype="fp8_e4m3")`): what e4m3 keeps of a row, what
+a block costs, its scales, and chapter 2's engine on it through its pool seam (every design of chapters 3-5 on it:
+tests/step06/test_fp8_designs.py). The fp32 path (`"auto"`) is chapter 2's pool, unchanged."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +9,18 @@ import torch
 from step01_kvcache.generate import SamplingParams
 from step01_kvcache.tiny import tiny_config, tiny_model
 from step02_paged import Engine, EngineConfig, KVPool, PoolGeometry
-from step02_paged.fp8_pool import FP8, FP8_MAX, FP8KVPool, KVScales, calibrate, dequantize, quantize, token_scales
+from step06_triton.engine import make_engine
+from step06_triton.fp8_pool import (
+    FP8,
+    FP8_MAX,
+    FP8KVPool,
+    KVScales,
+    calibrate,
+    dequantize,
+    kv_pool,
+    quantize,
+    token_scales,
+)
 from tests.driver import drive_to_end
 
 
@@ -65,15 +76,17 @@ def test_store_then_gather_gives_the_dequantized_rows(scales):
     assert pool.k.dtype == FP8 and pool.k[0].float().abs().sum() == 0, "another layer was written"
 
 
-def test_config_checks_the_dtype_and_the_scales_once():
+def test_the_pool_checks_the_dtype_and_the_scales_once():
     with pytest.raises(ValueError, match="kv_cache_dtype"):
-        EngineConfig(kv_cache_dtype="fp8")
+        kv_pool("fp8")
     with pytest.raises(ValueError, match="fp8_e4m3"):
-        EngineConfig(kv_scales=KVScales.uniform(2))  # static scales for an fp32 pool
+        kv_pool(kv_scales=KVScales.uniform(2))  # static scales for an fp32 pool
     with pytest.raises(ValueError, match="finite positive"):
         KVScales(((1.0,), (0.0,)), ((1.0,), (1.0,)))
     with pytest.raises(ValueError, match="layers"):
-        Engine(tiny_model(), EngineConfig(kv_cache_dtype="fp8_e4m3", kv_scales=KVScales.uniform(5)))
+        Engine(tiny_model(), EngineConfig(), pool=kv_pool("fp8_e4m3", KVScales.uniform(5)))
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        make_engine(tiny_model(), "bridge", "torch", kv_cache_dtype="fp16")
 
 
 def test_auto_is_chapter_2s_pool_byte_for_byte():
@@ -89,6 +102,6 @@ def test_calibrated_scales_map_the_largest_value_seen_to_448(tiny):
     assert per_layer.granularity == "tensor" and per_head.granularity == "head"
     pk, hk = per_layer.tensors()[0], per_head.tensors()[0]
     assert torch.allclose(pk[:, 0], hk.amax(1)), "the layer's scale is its heads' largest"
-    engine = Engine(tiny, EngineConfig(num_blocks=8, kv_cache_dtype="fp8_e4m3", kv_scales=per_head))
+    engine = Engine(tiny, EngineConfig(num_blocks=8), pool=kv_pool("fp8_e4m3", per_head))
     assert engine.pool.granularity == "head" and engine.pool.bytes_per_block == engine.pool.k[:, 0].nbytes * 2
     assert all(len(o.output_ids) == 4 for o in drive_to_end(engine, prompts, SamplingParams(4)))

@@ -1,4 +1,4 @@
-"""Every design of chapters 2-5 on chapter 2's FP8 pool (`kv_cache_dtype="fp8_e4m3"`) gives the same tokens
+"""Every design of chapters 2-5 on the FP8 pool (`pool=FP8KVPool`) gives the same tokens
 whichever way its K/V reached the pool: chunks, prefix hits, preemption, and the host tier, whose blocks carry
 their scales."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from step01_kvcache.generate import SamplingParams
 from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig, KVCacheManager
-from step02_paged.fp8_pool import FP8
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step05_bridge import BridgeKVCacheManager
+from step06_triton.fp8_pool import FP8, FP8KVPool
 from tests.driver import drive_to_end, shared_prompts
 
 
@@ -26,8 +26,7 @@ def model():
 def fp8_reference(model):
     """The plainest fp8 engine (paging only, whole prompts, room for all): what every other way must give."""
     prompts, params = shared_prompts(5, seed=3, stem=40) + [[5]], SamplingParams(max_new_tokens=6)
-    engine = Engine(model, EngineConfig(num_blocks=128, block_size=16, max_num_batched_tokens=512,
-                                        kv_cache_dtype="fp8_e4m3"))
+    engine = Engine(model, EngineConfig(num_blocks=128, block_size=16, max_num_batched_tokens=512), pool=FP8KVPool)
     return prompts, params, [o.output_ids for o in drive_to_end(engine, prompts, params)]
 
 
@@ -43,8 +42,8 @@ def test_every_design_gives_the_same_tokens_on_fp8_through_chunks_hits_and_preem
     hits and a pool small enough to preempt)."""
     prompts, params, expected = fp8_reference
     cfg = EngineConfig(num_blocks=64 // BLOCK[design], block_size=BLOCK[design], max_num_seqs=3,
-                       max_num_batched_tokens=16, kv_cache_dtype="fp8_e4m3")
-    engine = Engine(model, cfg, MANAGERS[design])
+                       max_num_batched_tokens=16)
+    engine = Engine(model, cfg, MANAGERS[design], pool=FP8KVPool)
     assert engine.pool.k.dtype == FP8
     rounds = [drive_to_end(engine, prompts, params) for _ in range(2)]
     assert [[o.output_ids for o in outs] for outs in rounds] == [expected, expected]
@@ -58,8 +57,7 @@ def test_the_host_tier_moves_fp8_blocks_with_their_scales(model, fp8_reference):
     with whatever scales its device block held before."""
     prompts, params, expected = fp8_reference
     manager = functools.partial(BridgeKVCacheManager, host_blocks=64, min_load_tokens=4)
-    engine = Engine(model, EngineConfig(num_blocks=14, block_size=4, max_num_seqs=1, kv_cache_dtype="fp8_e4m3"),
-                    manager)
+    engine = Engine(model, EngineConfig(num_blocks=14, block_size=4, max_num_seqs=1), manager, pool=FP8KVPool)
     for _ in range(2):
         outs = [drive_to_end(engine, [p], params)[0] for p in prompts]
         assert [o.output_ids for o in outs] == expected
