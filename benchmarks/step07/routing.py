@@ -34,7 +34,7 @@ from course.chat import chat, chat_ids
 from course.tokenizer import load_tokenizer
 from course.workloads import TEXTS
 from step01_kvcache.pretrained import DEFAULT_MODEL
-from step07_serving.cluster import replicas, smg
+from step07_serving.cluster import replicas, smg, vllm_router
 from step07_serving.router import Router, make_router
 from step07_serving.routing import POLICIES
 from step07_serving.server import running
@@ -47,7 +47,8 @@ NEW_TOKENS = 16
 MAX_NUM_SEQS = 2  # requests a replica runs at once
 BLOCK_SIZE = 16
 LARGE = 8  # the larger pools' factor
-ROUTERS = (("course", "cache_aware"), ("smg", "cache_aware"), ("course", "round_robin"), ("smg", "round_robin"))
+ROUTERS = (("course", "cache_aware"), ("smg", "cache_aware"), ("vllm-router", "kv_aware"), ("course", "round_robin"),
+           ("smg", "round_robin"))
 
 
 def workload(users: int = USERS, seed: int = 0) -> list[tuple[int, list[dict]]]:
@@ -128,6 +129,9 @@ def fronted(kind: str, policy: str, children, tok, logdir: Path):
     if kind == "smg":
         with smg([c.url for c in children], policy, logdir) as router:
             yield router.url
+    elif kind == "vllm-router":
+        with vllm_router(children, policy, logdir, DEFAULT_MODEL, BLOCK_SIZE) as router:
+            yield router.url
     else:
         router = Router([c.url for c in children], [c.events for c in children], POLICIES[policy](), tok,
                         BLOCK_SIZE)
@@ -165,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--users", type=int, default=USERS)
     p.add_argument("--replicas", type=int, default=REPLICAS)
     p.add_argument("--routers", default=",".join(f"{k}:{pol}" for k, pol in ROUTERS),
-                   help="comma-separated router:policy (routers: course, smg)")
+                   help="comma-separated router:policy (routers: course, smg, vllm-router)")
     p.add_argument("--pools", default="small,large", help="small (about the cache-aware share of prefixes), large")
     p.add_argument("--save", action="store_true", help="write step07_serving/results/routing.json")
     args = p.parse_args(argv)
