@@ -10,9 +10,8 @@ it, so that a forward that raised changes nothing); `_append` adds the tokens an
 happens in the step that scheduled it, so the host waits for the forward (on a GPU that wait is what chapter 6's
 overlapped engine removes, by overriding `step`).
 
-An engine that extends this one overrides a step's parts, never adds a branch to them: chapter 5's
-`SpeculativeEngine` verifies guessed tokens (`step`, `_prepare`, `_retire`), chapter 6's `OverlapEngine` reads each
-step's tokens one step later (`step`).
+An engine that extends this one overrides a step's parts (`step`, `_prepare`, `_advance`, `_retire`,
+`check_invariants`), never adds a branch to them: chapters 5 and 6 build theirs that way.
 """
 from __future__ import annotations
 
@@ -79,7 +78,7 @@ class Engine:
     waiting queue before each admission (the scheduler's `Policy`; by default first come, first served); it
     belongs to this engine alone, since it may keep state. `runner` makes the one object that runs the model
     (`ModelRunner`: eager; chapter 6 replays CUDA graphs). `pool` builds the KV pool from the model's config, the
-    geometry, the model's dtype and device (`KVPool`: K/V in the model's dtype; chapter 6's FP8 pool: one byte)."""
+    geometry, the model's dtype and device (`KVPool`: K/V in the model's dtype; a pool may store them otherwise)."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
                  manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,

@@ -70,6 +70,13 @@ def matched_blocks(replica: ReplicaState, block_hashes: Sequence[int]) -> int:
     # END SOLUTION
 
 
+class NoHealthyReplica(LookupError):
+    """Every replica is down: the router answers 503."""
+
+    def __init__(self) -> None:
+        super().__init__("no healthy replica")
+
+
 class RoundRobin:
     """Each healthy replica in turn, whatever it holds."""
 
@@ -85,7 +92,7 @@ class RoundRobin:
             if replicas[index].healthy:
                 self.next = index + 1
                 return index
-        raise LookupError("no healthy replica")
+        raise NoHealthyReplica()
 
 
 class CacheAware:
@@ -102,7 +109,7 @@ class CacheAware:
         # BEGIN SOLUTION task7.route points=3
         live = [i for i, r in enumerate(replicas) if r.healthy]
         if not live:
-            raise LookupError("no healthy replica")
+            raise NoHealthyReplica()
         least = min(replicas[i].in_flight for i in live)
         fair = [i for i in live if replicas[i].in_flight <= least + self.max_imbalance]
         n = len(replicas)
