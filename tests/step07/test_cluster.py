@@ -201,7 +201,6 @@ def test_smg_round_robin_spreads_and_cache_aware_keeps_each_prefix_on_one_replic
     for t in range(3):
         assert len({served["round_robin"][i][0] for i in range(t, 9, 3)}) == 2, f"round robin kept tenant {t}"
         assert len({served["cache_aware"][i][0] for i in range(t, 9, 3)}) == 1, f"cache_aware split tenant {t}"
-    assert {i for i, _, _ in served["cache_aware"][:3]} == {0, 1}  # new prefixes spread
     assert cached["cache_aware"] > cached["round_robin"]
 
 
