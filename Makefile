@@ -54,6 +54,7 @@ bench: .venv/.installed
 	$(PY) -m course bench step04 --workload multi_doc --save --json | tail -1
 	$(PY) -m course bench step05 --workload multi_doc --save --json | tail -1
 	$(PY) -m benchmarks.step05.bench --save | tail -1
+	$(PY) -m benchmarks.step05.bench --engines --save | tail -1
 	$(PY) -m course bench step06 --workload fp8 --save --json | tail -1
 	$(PY) -m benchmarks.step07.bench --save | tail -1
 	$(PY) -m benchmarks.step07.routing --save | tail -1

@@ -1,8 +1,13 @@
-"""Chapter 5's measured results, for `python -m course report`: the prefix-caching table, the three designs on the
-same requests, and their reuse as the block size shrinks (results/designs.json, measured without the model)."""
+"""Chapter 5's measured results, for `python -m course report`: the prefix-caching table, the designs on the same
+requests, their reuse and bookkeeping as the block size shrinks (results/designs.json, measured without the model),
+and, in the section on the mini-runtime textbook's tree, the hash, the bridge and the offset tree through the engine
+(results/designs_engine.json)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from benchmarks.reporting import (
+    BEGIN,
     COLORS,
     Rendered,
     fmt,
@@ -18,28 +23,88 @@ from benchmarks.reporting import (
 )
 from course import results
 
+OFFSET = ("<!-- offset:begin (python -m course report --write) -->", "<!-- offset:end -->")
+OFFSET_COLOR = "tab:purple"
 
-def plot_block_sizes(rec: dict):
-    """Chapter 5: per workload, the bridge's and the hash's hit rate as the block shrinks toward chapter 4's
-    one-token slots (the star). The two designs sit on the same points: granularity decides the hits."""
+
+# the model-free bench's designs at each block size: (name, line style, colour, label, marker keywords)
+LINES = (("hash", "s-", COLORS["step03"], "hash (ch. 3)", {"ms": 9, "mfc": "none"}),
+         ("bridge", "o-", COLORS["step05"], "bridge (ch. 5)", {}),
+         ("offset", "x--", OFFSET_COLOR, "offset tree (ch. 5)", {"ms": 9}))
+
+
+def per_block_size(rec: dict, value: Callable[[dict, str], float], ylabel: str, title: str, log: bool = False):
+    """One panel per workload: `value(row, design)` of each design against the block size, chapter 4's one-token
+    slots as the star."""
     plt = pyplot()
     f = rec["figures"]
     sizes = sorted(f["block_sizes"], reverse=True)
+    xs = [str(b) for b in sizes]
     fig, axes = plt.subplots(1, len(f["designs"]), figsize=(2.9 * len(f["designs"]), 3.3), squeeze=False)
     for ax, row in zip(axes[0], f["designs"]):
-        rate = lambda design, row=row: row[design]["cached_tokens"] / row["prompt_tokens"]  # noqa: E731
-        xs = [str(b) for b in sizes]
-        ax.plot(xs, [rate(f"hash bs={b}") for b in sizes], "s-", ms=9, mfc="none", color=COLORS["step03"],
-                label="hash (ch. 3)")
-        ax.plot(xs, [rate(f"bridge bs={b}") for b in sizes], "o-", color=COLORS["step05"], label="bridge (ch. 5)")
-        ax.plot([xs[-1]], [rate("radix (ch. 4)")], "*", ms=14, color=COLORS["step04"], label="radix (ch. 4)")
-        ax.set(title=row["workload"], xlabel="block size (tokens)", ylim=(0, 1.02))  # differences at true scale
+        for design, style, color, label, marker in LINES:
+            ax.plot(xs, [value(row, f"{design} bs={b}") for b in sizes], style, color=color, label=label, **marker)
+        ax.plot([xs[-1]], [value(row, "radix (ch. 4)")], "*", ms=14, color=COLORS["step04"], label="radix (ch. 4)")
+        ax.set(title=row["workload"], xlabel="block size (tokens)")
+        if log:
+            from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 10, 20, 50, ...: labels on narrow ranges too
+            ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        else:
+            ax.set_ylim(0, 1.02)  # differences at true scale
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("hit rate (cached / prompt tokens)")
+    axes[0][0].set_ylabel(ylabel)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Reuse against block size, same requests, no model", fontsize=10)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_block_sizes(rec: dict):
+    """Chapter 5: per workload, the hash's, the bridge's and the offset tree's hit rate as the block shrinks toward
+    chapter 4's one-token slots (the star). The designs sit on the same points: granularity decides the hits."""
+    return per_block_size(rec, lambda row, design: row[design]["cached_tokens"] / row["prompt_tokens"],
+                          "hit rate (cached / prompt tokens)", "Reuse against block size, same requests, no model")
+
+
+def plot_bookkeeping(rec: dict):
+    """Chapter 5: per workload, each design's bookkeeping for one warm request (µs, log) against the block size:
+    the same hits, bought with different work."""
+    return per_block_size(rec, lambda row, design: row[design]["bookkeeping_us"],
+                          "bookkeeping per warm request (µs, log)",
+                          "The cache manager's work for one warm request, same requests, no model", log=True)
+
+
+def offset_section() -> str:
+    """The section on the mini-runtime textbook's tree: the hash, the bridge and the offset tree through the engine
+    on the real model (results/designs_engine.json), beside what the same designs hold and cost without the model at
+    the same block size (results/designs.json)."""
+    e, d = need("step05", "designs_engine"), need("step05", "designs")
+    bs = e["figures"]["block_size"]
+    free = {r["workload"]: r for r in d["figures"]["designs"]}
+    rows = []
+    for row in e["figures"]["designs"]:
+        for design in ("hash", "bridge", "offset"):
+            m, nm = row[design], free[row["workload"]][f"{design} bs={bs}"]
+            rows.append([f"`{row['workload']}`", design, f"{m['hit_rate']:.3f}", m["prompt_tokens_computed"],
+                         m["peak_blocks"], m["ttft_on_warm_median_s"], m["outputs_identical"], nm["cached_blocks"],
+                         nm.get("offset_tokens", "–"), nm["bookkeeping_us"]])
+    return ("\n" + provenance([e]) + " Beside it, without the model (`python -m benchmarks.step05.bench --save`, "
+            f"the block above): the blocks each cache holds after every request, the tokens the offset tree holds "
+            f"but lends to no match (the sum of its matches' offsets) and the bookkeeping per warm request, all at "
+            f"{bs}-token blocks.\n\n"
+            + "\n".join(table(["workload", "design", "hit rate", "prompt tokens computed", "peak blocks held",
+                               "warm TTFT (s)", "same tokens", "blocks cached, no model",
+                               "held, computed again", "bookkeeping µs, no model"], rows)) + "\n\n"
+            "*peak blocks held*: the most blocks the running requests held at once, one round of the workload "
+            "admitted together; *same tokens*: cache on = cache off.\n")
+
+
+def sections() -> dict[tuple[str, str], str]:
+    return {OFFSET: offset_section()}
 
 
 def tier_block(rec: dict, gpu: dict | None) -> str:
@@ -112,19 +177,20 @@ def headline() -> str:
             f"block size 1; `long` warm TTFT {long5['speedup_warm']}x")
 
 
-@register("step05", headline)
+@register("step05", headline, BEGIN, sections)
 def render() -> Rendered:
     text, plots = prefix_cache_block("step05")
     by = {c: prefix_records(c) for c in ("step03", "step04", "step05")}
     d = need("step05", "designs")
     rows = d["figures"]["designs"]
     names = [k for k in rows[0] if k not in ("workload", "prompt_tokens")]
-    text += ("\n**The three designs**, same requests, hit rate as the engines measured it above:\n\n"
+    text += ("\n**Chapters 3-5's designs**, same requests, hit rate as the engines measured it above:\n\n"
              "![hit rate per design](results/hit_rate.svg)\n\n"
              "**Block size**, without the model: prompt tokens each design reuses on every workload, and the "
              "cache manager's bookkeeping per warm request in µs (admit, publish or insert, free). "
              + provenance([d], "a 1-layer toy model with SmolLM2's vocabulary") + "\n\n"
-             "![hit rate against block size](results/block_size.svg)\n\n")
+             "![hit rate against block size](results/block_size.svg)\n\n"
+             "![bookkeeping against block size](results/bookkeeping.svg)\n\n")
     text += "\n".join(table(["design"] + [f"`{r['workload']}` cached / µs" for r in rows],
                             [[n] + [f"{r[n]['cached_tokens']} / {r[n]['bookkeeping_us']}" for r in rows]
                              for n in names])) + "\n"
@@ -140,4 +206,5 @@ def render() -> Rendered:
         text += tier_block(tier, results.load("step06", "h200_engine"))
     plots["hit_rate.svg"] = svg(lambda: plot_hit_rates(by))
     plots["block_size.svg"] = svg(lambda: plot_block_sizes(d))
+    plots["bookkeeping.svg"] = svg(lambda: plot_bookkeeping(d))
     return text, plots

@@ -553,6 +553,10 @@ def test_step05_readme():
                f"{hits[sizes[0]]}, {sizes[1]}-token blocks at {hits[sizes[1]]}, and {sizes[2]}-token blocks reach all "
                f"{hits[sizes[2]]}", f"At {sizes[0]}-token blocks its bookkeeping is above the hash's",
          f"At {sizes[-1]}-token blocks it beats the hash")
+    for d in designs["designs"]:
+        cost = {(name, bs): d[f"{name} bs={bs}"]["bookkeeping_us"] for name in ("bridge", "hash") for bs in sizes}
+        assert cost["bridge", sizes[0]] > cost["hash", sizes[0]], f"{d['workload']}: the hash is dearer at 16"
+        assert cost["bridge", sizes[-1]] < cost["hash", sizes[-1]], f"{d['workload']}: the bridge is dearer at 1"
     asked = len(chat_ids(_tokenizer(), DEFAULT_PROMPT, DEFAULT_SYSTEM))
     says(path, f"(the second time {(asked - 1) // B * B} of {asked} prompt tokens come from the")
     spec_test = (REPO_ROOT / "tests" / "step05" / "test_speculative.py").read_text()
@@ -560,6 +564,47 @@ def test_step05_readme():
     spec_sizes = sorted({int(b) for b, _ in re.findall(r"\((\d+), (\d+)\)", cases)})
     says(path, f"runs the engine at block sizes {' and '.join(map(str, spec_sizes))}")
 
+
+
+def test_step05_offset_section():
+    """The mini-runtime textbook's tree beside the hash and the bridge: the engines on SmolLM2
+    (results/designs_engine.json) and the model-free designs bench (results/designs.json)."""
+    path = "step05_bridge/README.md"
+    engines, designs = figures("step05", "designs_engine"), figures("step05", "designs")
+    B, trio = engines["block_size"], ("hash", "bridge", "offset")
+    run = {r["workload"]: r for r in engines["designs"]}
+    free = {r["workload"]: r for r in designs["designs"]}
+    for w, row in run.items():
+        assert len({row[d]["prompt_tokens_computed"] for d in trio}) == 1, f"{w}: the designs computed different tokens"
+        assert all(row[d]["outputs_identical"] for d in trio), f"{w}: cache on differs from cache off"
+        assert row["bridge"]["peak_blocks"] == row["offset"]["peak_blocks"] <= row["hash"]["peak_blocks"], w
+    for w, row in free.items():
+        for bs in designs["block_sizes"]:
+            assert len({row[f"{d} bs={bs}"]["cached_blocks"] for d in trio}) == 1, f"{w}, {bs}: different blocks"
+            assert row[f"offset bs={bs}"]["bookkeeping_us"] > row[f"bridge bs={bs}"]["bookkeeping_us"], (w, bs)
+    long, diverge = run["long"], run["diverge"]
+    says(path, f"on SmolLM2 ({B}-token blocks, cache off and on",
+         f"(`long`: {long['offset']['prompt_tokens_computed']:,} of {long['prompt_tokens']:,})",
+         f"the same blocks ({free['long'][f'offset bs={B}']['cached_blocks']} on `long`)")
+    shared = workload("diverge")["shared_prefix"]
+    warm = workload("diverge")["requests"] - 1
+    offsets = {w: free[w][f"offset bs={B}"]["offset_tokens"] for w in ("short", "diverge")}
+    assert offsets["diverge"] == warm * (shared % B), "each warm `diverge` request re-prefills the shared part-block"
+    says(path, f"The offsets add up to {offsets['short']} tokens over `short` and {offsets['diverge']} on `diverge` "
+               f"({warm} warm requests × {shared % B},")
+    says(path, f"a peak of {long['bridge']['peak_blocks']} blocks instead of {long['hash']['peak_blocks']} on `long`, "
+               f"{diverge['bridge']['peak_blocks']} instead of {diverge['hash']['peak_blocks']} on `diverge`")
+    one = min(designs["block_sizes"])
+    book = {(d, bs): free["long"][f"{d} bs={bs}"]["bookkeeping_us"] for d in trio for bs in (B, one)}
+    assert 0.7 < book["offset", one] / book["hash", one] < 1.3, "the lesson says: near the hash's"
+    warm = [long[d]["ttft_on_warm_median_s"] * 1e3 for d in trio]
+    turns = run["multi_turn"]
+    assert turns["hash"]["ttft_off_warm_median_s"] > max(turns[d]["ttft_off_warm_median_s"] for d in trio[1:]), \
+        "the lesson says the hash's multi_turn run was slower with its cache off too"
+    says(path, f"Beside a warm TTFT ({min(warm):.0f}–{max(warm):.0f} ms on `long`)")
+    says(path, f"on `long` at {B}-token blocks, {book['offset', B]:,} µs per warm request against the bridge's "
+               f"{book['bridge', B]:,} and the hash's {book['hash', B]:,}; at {one}-token blocks, "
+               f"{book['offset', one]:,} µs, near the hash's {book['hash', one]:,}")
 
 
 # ---------------------------------------------------------------- chapter 6: the H200
