@@ -71,9 +71,10 @@ def earlier_note(e: dict) -> str:
             + ", ".join(f"`{p}`" for p in old["parts"]) + f", {old['note']}.")
 
 
-def tables(e: dict, copy_tb_s: float | None = None) -> str:
+def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "results") -> str:
     """The engine's block; `copy_tb_s`, the fastest copy the card made in the chapter's runs, sets the floors where
-    this run's own copy probe read slower."""
+    this run's own copy probe read slower. `pictures` is the folder of the timeline's SVG relative to the page that
+    shows the block (the chapter's README reads `results`); None leaves the picture out, for a page that draws it."""
     m, ident = e["machine"], e["identity_fp32"]
     s = e["smollm2_135m"]
     lines = ["#### The engine end to end", "",
@@ -98,7 +99,9 @@ def tables(e: dict, copy_tb_s: float | None = None) -> str:
         lines += ["", f"The floors are set at {copy_tb_s} TB/s, the fastest device copy of the kernel runs above on "
                   "an H200, where a run's own probe read slower (its floor in brackets): a floor from a slow probe "
                   "would flatter the step held against it."]
-    lines += ["", "![host and GPU per decode step, synchronous and overlapped](results/timeline.svg)", ""]
+    if pictures is not None:
+        lines += ["", f"![host and GPU per decode step, synchronous and overlapped]({pictures}/timeline.svg)"]
+    lines += [""]
     long = s.get("long", {})
     if long and "error" not in long:
         on, off = long["cache_on"], long["cache_off"]

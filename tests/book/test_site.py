@@ -23,10 +23,7 @@ from tests.book.conftest import ROOT
 
 # Broken links the book reports but cannot fix, each with where it comes from. The test fails on any other broken
 # link, and on an entry here that no longer happens (delete it then).
-KNOWN_BROKEN = {
-    "notebooks/06_triton.html: resource results/timeline.svg leads nowhere":
-        "notebook 6 prints chapter 6's engine tables, whose picture link is relative to the chapter's README",
-}
+KNOWN_BROKEN: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
