@@ -29,8 +29,8 @@ test-fast: .venv/.installed
 	.venv/bin/lint-imports --no-cache
 	$(PY) -m pytest -q $(XDIST) -m "not slow" tests
 
-# The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 31
-# engine combinations (40,300 in all; 5 of them decode speculatively) with aborts, injected forward faults and
+# The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 38
+# engine combinations (49,400 in all; 6 of them decode speculatively) with aborts, injected forward faults and
 # preemption storms, every answer against step01's, invariants after every step; prints its counts, fails on any
 # mismatch, leak or broken invariant. Another seed: make stress STRESS_SEED=3.
 STRESS_SEED ?= 0

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = demo_parser(__doc__)
     parser.set_defaults(max_new_tokens=16 if interpreted else 64)
-    parser.add_argument("--prefix-cache", default="bridge", choices=["none", "hash", "radix", "bridge"],
+    parser.add_argument("--prefix-cache", default="bridge", choices=["none", "hash", "radix", "bridge", "offset"],
                         help="which chapter's engine runs on the kernels (default: chapter 5's bridge)")
     args = parser.parse_args(argv)
     model, tok, load_s = timed_load(args.model)

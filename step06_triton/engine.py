@@ -17,7 +17,7 @@ from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step04_radix.policy import make_policy
-from step05_bridge import BridgeKVCacheManager
+from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager
 from step05_bridge.speculative_engine import SpeculativeEngine
 
 from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
@@ -32,6 +32,7 @@ PREFIX_CACHES = {  # the cache manager of each chapter
     "hash": PrefixCachingKVCacheManager,  # chapter 3
     "radix": RadixKVCacheManager,  # chapter 4 (one token per slot: block_size 1)
     "bridge": BridgeKVCacheManager,  # chapter 5, the default: the last chapter's engine
+    "offset": OffsetKVCacheManager,  # chapter 5's last section: the mini-runtime textbook's block tree
 }
 
 

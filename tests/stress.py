@@ -3,7 +3,7 @@ happen to one at once.
 
 The state machines of each chapter (tests/machines.py) explore short sequences of operations; this probe runs long
 ones, on every combination the last chapter's `make_engine` offers on a CPU: each cache design (none, hash, radix,
-bridge) x each admission policy it accepts (fcfs, lpm, dfs-weight) x synchronous or overlapped steps x, for the
+bridge, offset) x each admission policy it accepts (fcfs, lpm, dfs-weight) x synchronous or overlapped steps x, for the
 bridge, with or without its host tier; and each design (the bridge with and without its tier) decoding
 speculatively, with drafts cut from the answer each request is known to give and followed by wrong tokens, so that
 every verify step keeps some drafts and rolls the others back. Each runs the same stream of requests (greedy and

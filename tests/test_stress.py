@@ -8,7 +8,7 @@ from tests import stress
 def test_every_engine_survives_the_probe():
     total = stress.run(requests_per_combo=40, seed=1)
     assert not total.failures, "\n".join(total.failures[:10])
-    assert total.combos == 31, "4 designs x the policies each accepts x overlap off/on, the bridge with a host tier; " \
+    assert total.combos == 38, "5 designs x the policies each accepts x overlap off/on, the bridge with a host tier; " \
         "and each design (the bridge with and without its tier) decoding speculatively"
     assert total.finished and total.aborted and total.faults and total.preemptions, f"the probe was too gentle: {total}"
     assert total.drafts > total.accepted > 0, f"speculation was meant to keep some drafts and reject others: {total}"

@@ -22,10 +22,10 @@ def reference(model):
     return with_reference(model, shared_prompts(5, seed=3, stem=40) + [[5]], new_tokens=5)
 
 
-BLOCK = {"none": 4, "hash": 4, "radix": 1, "bridge": 4}
+BLOCK = {"none": 4, "hash": 4, "radix": 1, "bridge": 4, "offset": 4}
 
 
-@pytest.mark.parametrize("design", ["none", "hash", "radix", "bridge"])
+@pytest.mark.parametrize("design", sorted(BLOCK))
 def test_triton_backend_gives_step01_tokens_for_every_design(model, reference, design):
     prompts, params, expected = reference
     engine = make_engine(model, design, "triton", num_blocks=300 // BLOCK[design] * 2, block_size=BLOCK[design],

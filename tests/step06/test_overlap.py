@@ -16,7 +16,7 @@ from step06_triton.overlap import OverlapEngine
 from tests.driver import drive_to_end, shared_prompts
 from tests.machines import MODEL, EngineMachine
 
-BLOCK = {"none": 4, "hash": 4, "radix": 1, "bridge": 4}
+BLOCK = {"none": 4, "hash": 4, "radix": 1, "bridge": 4, "offset": 4}
 
 
 @pytest.fixture(scope="module")
