@@ -5,18 +5,14 @@ The lesson figures of chapters 2-5 drive their cache managers with the same requ
 """
 from __future__ import annotations
 
-from html import escape
-
-from course.draw import WORDS, Dot, word_ids
+from course.draw import Dot, word_ids
 from step01_kvcache.request import SamplingParams
 
 from .cache_manager import CacheManager
 from .geometry import PoolGeometry
 from .kv_cache_manager import KVCacheManager
-from .ngram_proposer import NgramProposer
 from .scheduler import admit
 from .sequence import Sequence
-from .speculative import num_accepted
 
 # The lesson figures' requests: a system prompt of two 4-token blocks, then a question; `answer` stands in
 # for what a model would sample.
@@ -95,83 +91,9 @@ def side_by_side(kv: CacheManager, requests: list[tuple[Sequence, list[int]]], s
             run_step(kv, seq, answer[step])
 
 
-def verify_step(kv: CacheManager, seq: Sequence, drafts: list[int], kept: list[int]) -> tuple[list[int], int]:
-    """One speculative engine step of one decoding sequence, without a model: room for its pending token and
-    `drafts`, which the forward computes; `kept` stands for what the model keeps (the drafts its samples agree with
-    and one token more). The rejected drafts are rolled back (`Sequence.rollback`, then the manager gives back the
-    blocks only they used), the manager hears of the step, the kept tokens join the sequence. Returns the block table
-    and the counter as the forward left them, before the rollback."""
-    seq.spec_token_ids = list(drafts)
-    n = seq.num_pending_tokens
-    if not kv.allocate_slots(seq, n):
-        raise RuntimeError(f"the pool is too small for sequence {seq.seq_id}'s {n} tokens")
-    seq.advance(n)
-    seq.spec_token_ids = []
-    during = list(seq.block_table), seq.num_computed_tokens
-    rejected = len(drafts) - num_accepted(kept, drafts)
-    if rejected:
-        seq.rollback(rejected)
-        kv.rollback(seq)
-    kv.on_computed(seq)
-    for token in kept:
-        seq.append_token(token)
-    kv.check_invariants()
-    return during
-
-
-SLOT_COLORS = {"verified": "#ceead6", "draft": "#fde293", "rejected": "#f4c7c3", "empty": "#ffffff"}
-
-
-def slots_panel(dot: Dot, name: str, title: str, table: list[int], cells: list[tuple[str, str]], block_size: int,
-                freed: list[int] = ()) -> None:
-    """One row of a block table drawn slot by slot: each block a box of `block_size` cells (`cells[i]` is position
-    i's (text, kind), kinds as in SLOT_COLORS), and `freed` blocks greyed after it."""
-    boxes = []
-    for i, block in enumerate(list(table) + list(freed)):
-        gone = i >= len(table)
-        row = "".join(
-            f'<TD BGCOLOR="{"#cccccc" if gone else SLOT_COLORS[kind]}">{escape(text) or "&nbsp;"}</TD>'
-            for text, kind in (cells[p] if p < len(cells) else ("", "empty")
-                               for p in range(i * block_size, (i + 1) * block_size)))
-        head = f"block {block}" + (" (freed)" if gone else "")
-        boxes.append(f'<TD><TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0"><TR><TD COLSPAN="{block_size}">{head}'
-                     f"</TD></TR><TR>{row}</TR></TABLE></TD>")
-    dot.raw(f'"{name}" [shape=plaintext, style="", label=<<TABLE BORDER="0" CELLSPACING="6"><TR>'
-            f'<TD>{escape(title).replace(chr(10), "<BR/>")}</TD>{"".join(boxes)}</TR></TABLE>>];')
-
-
-def rollback_figure() -> str:
-    """A rollback across a block boundary, drawn from a KVCacheManager of 4-token blocks and the prompt-lookup
-    proposer. The prompt asks two questions; after the model writes "It" for the second, lookup finds "? It" in the
-    first answer and drafts what followed: "is 4 . What". The verify step writes the pending token and the four
-    drafts (positions 13-17, into a fifth block). The model keeps "is" and writes "6" where the draft said "4":
-    three drafts are rejected, the counter goes back to 15, and the fifth block, which held only rejected drafts,
-    goes back to the free list; position 15 still holds the K/V of "4" until the next step writes "6" there."""
-    kv = KVCacheManager(PoolGeometry(8, 4))
-    seq = kv.new_sequence(0, word_ids("<s> What is 2+2 ? It is 4 . What is 3+3 ?"), SamplingParams(max_new_tokens=8))
-    run_step(kv, seq, word_ids("It")[0])
-    drafts = NgramProposer(min_n=2, max_n=4).propose(seq, 4)
-    kept = word_ids("is 6")
-    verified = [(WORDS[t], "verified") for t in seq.all_token_ids]
-    table, computed = verify_step(kv, seq, drafts, kept)
-    accepted = num_accepted(kept, drafts)
-    during = verified + [(WORDS[t], "draft") for t in drafts]
-    after = verified + [(WORDS[t], "verified") for t in drafts[:accepted]] + \
-        [(WORDS[t], "rejected") for t in drafts[accepted:]]
-    dot = Dot("rollback", rankdir="TB", nodesep="0.1", ranksep="0.25")
-    slots_panel(dot, "during", f"the verify step's forward\n{computed} positions computed", table, during,
-                kv.block_size)
-    slots_panel(dot, "after", f"after the rollback\n{seq.num_computed_tokens} computed, "
-                f"next: \"{WORDS[seq.output_ids[-1]]}\" at {seq.num_computed_tokens}", seq.block_table, after,
-                kv.block_size, freed=table[len(seq.block_table):])
-    dot.raw('"during" -> "after" [style=invis];')
-    return dot.source()
-
-
 def lesson_figures() -> dict[str, str]:
     """Two requests decode side by side in an 8-block pool of 4-token blocks. Each takes a block from the free
-    list when its last one is full, so a block table lists whatever blocks were free at the time. And a speculative
-    step whose rollback crosses a block boundary (`rollback_figure`)."""
+    list when its last one is full, so a block table lists whatever blocks were free at the time."""
     kv = KVCacheManager(PoolGeometry(8, 4))
     side_by_side(kv, [chat(kv, i, system=False, max_new_tokens=8) for i in (0, 1)])
-    return {"block_tables": block_tables_dot(kv, name="block_tables", row=8), "rollback": rollback_figure()}
+    return {"block_tables": block_tables_dot(kv, name="block_tables", row=8)}

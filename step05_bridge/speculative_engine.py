@@ -3,7 +3,7 @@
 A decode step of a small model reads every weight and the whole context to produce one token; the same forward over
 1 + k tokens costs little more, because it reads the same bytes. Speculative decoding spends that slack: a cheap
 proposer guesses the next k tokens (prompt lookup, ngram_proposer.py), one forward runs the pending token and the
-guesses (a chunk, through the same path as a prefill chunk), and the verify rule (speculative.py) keeps the guesses
+guesses (a chunk, through the same path as a prefill chunk), and the verify rule (verify.py) keeps the guesses
 the model agrees with, plus one token of its own. The answer is the one plain decoding gives, token for token.
 
 It lives here, after the three prefix caches, because its hard part is theirs: a rejected guess already has K/V in
@@ -38,11 +38,12 @@ from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_cache_manager import KVCacheManager
 from step02_paged.kv_pool import KVPool
 from step02_paged.model_runner import ModelRunner
-from step02_paged.ngram_proposer import NgramProposer
 from step02_paged.paged_attention import PagedAttention
 from step02_paged.scheduler import Policy
 from step02_paged.sequence import Sequence, SequenceStatus
-from step02_paged.speculative import cut_drafts, verify
+
+from .ngram_proposer import NgramProposer
+from .verify import cut_drafts, verify
 
 
 @dataclass

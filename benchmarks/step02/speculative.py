@@ -26,7 +26,7 @@ from step02_paged.config import EngineConfig
 from step02_paged.engine import Engine
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.geometry import cdiv
-from step02_paged.ngram_proposer import NgramProposer
+from step05_bridge.ngram_proposer import NgramProposer
 from step02_paged.paged_attention import PagedAttention
 from step02_paged.sequence import Sequence
 from step05_bridge.speculative_engine import SpeculativeEngine, SpeculativeStats

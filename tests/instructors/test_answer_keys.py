@@ -299,7 +299,7 @@ def test_step02_q7_seat_steps():
 def test_step02_q8_a_rollback_across_a_block_boundary():
     from step02_paged.geometry import PoolGeometry, cdiv
     from step02_paged.kv_cache_manager import KVCacheManager
-    from step02_paged.pictures import verify_step
+    from step05_bridge.pictures import verify_step
     from step03_prefix_hash import PrefixCachingKVCacheManager
 
     bs, computed, k = 16, 46, 4

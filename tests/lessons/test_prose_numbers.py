@@ -293,7 +293,7 @@ def test_step02_speculative():
     `pictures.py` draws it, and chapter 6's verify step on the H200 (results/h200_speculative.json)."""
     from benchmarks.step02 import report
     from step02_paged.config import EngineConfig
-    from step02_paged.pictures import rollback_figure
+    from step05_bridge.pictures import rollback_figure
 
     path = "step02_paged/README.md"
     default = EngineConfig()

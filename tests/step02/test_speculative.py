@@ -13,7 +13,7 @@ from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.tiny import tiny_model
 from step02_paged import EngineConfig, KVCacheManager
 from step02_paged.geometry import PoolGeometry
-from step02_paged.ngram_proposer import NgramProposer
+from step05_bridge.ngram_proposer import NgramProposer
 from step02_paged.sequence import Sequence
 from step05_bridge.speculative_engine import SpeculativeEngine
 from tests.driver import drive_to_end, oracle, speculative_engine

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import EngineConfig
-from .sequence import Sequence
+from step02_paged.config import EngineConfig
+from step02_paged.sequence import Sequence
 
 
 @dataclass

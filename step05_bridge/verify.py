@@ -22,8 +22,7 @@ from __future__ import annotations
 import torch
 
 from step01_kvcache.sampling import sample
-
-from .sequence import Sequence
+from step02_paged.sequence import Sequence
 
 
 def cut_drafts(batch: list[tuple[Sequence, int]]) -> None:
