@@ -1,8 +1,9 @@
 """What every chapter's report shares: how measured results become a lesson's tables, plots and headline.
 
 `make bench` leaves one JSON per run in each chapter's `results/` folder (course/results.py). Each chapter's
-`benchmarks/stepNN/report.py` registers here (`register`) how it turns those files into the markdown its README shows
-between its `results` markers, the plots beside them (`results/*.svg`) and one headline for the root README's table;
+`benchmarks/stepNN/report.py` registers here (`register`) how it turns those files into the markdown its pages show
+between their markers (its README, its units, or its results page `RESULTS.md`: whichever holds the marker), the
+plots beside them (`results/*.svg`) and one headline for the root README's table;
 `python -m course report` (course/report.py) runs them. Nothing here measures: rerun `make bench` for new numbers.
 
 Which baseline each ratio uses is said next to it: Hugging Face always runs with its default attention
@@ -221,6 +222,24 @@ def readme_block(readme: str, begin: str = BEGIN, end: str = END) -> str:
     if not match:
         raise ValueError(f"no {begin} ... {end} block")
     return match.group(1)
+
+
+RESULTS_PAGE = "RESULTS.md"  # a chapter's generated results page, beside its README and units
+
+
+def results_page(folder: Path) -> str:
+    """Where the root README's overview sends a reader for a chapter's results: its results page, or, for a chapter
+    without one, its README's *Measured here*."""
+    return RESULTS_PAGE if (folder / RESULTS_PAGE).is_file() else "README.md#measured-here"
+
+
+def page_with(folder: Path, begin: str) -> Path:
+    """The Markdown page of a chapter's folder that holds the block `begin` opens: its README, a unit or its results
+    page (a ValueError names the marker if none does)."""
+    for page in sorted(folder.glob("*.md")):
+        if begin in page.read_text():
+            return page
+    raise ValueError(f"no page of {folder.name} holds a {begin} block")
 
 
 def write_block(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:

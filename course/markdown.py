@@ -137,8 +137,11 @@ def notebook(path: Path, relative: str, kinds: tuple[str, ...] = ("markdown",)) 
 
 
 def documents(root: Path) -> list[Document]:
-    """The lessons: the root README, each chapter's README, each notebook's markdown cells."""
-    readmes = [root / "README.md", *sorted(root.glob("step[0-9][0-9]_*/README.md"))]
+    """The lessons: the root README, each chapter's pages (its README, its units, its results page), each notebook's
+    markdown cells."""
+    readmes = [root / "README.md"]
+    for chapter in sorted(root.glob("step[0-9][0-9]_*/README.md")):
+        readmes += [chapter, *sorted(p for p in chapter.parent.glob("*.md") if p != chapter)]
     out = [Document(str(p.relative_to(root)), p.read_text()) for p in readmes if p.is_file()]
     out += [notebook(p, str(p.relative_to(root))) for p in sorted((root / "notebooks").glob("*.ipynb"))]
     return out

@@ -2,7 +2,8 @@
 
 Each chapter's `benchmarks/stepNN/report.py` says how its committed `results/*.json` become its README's block, plots
 and headline (benchmarks/reporting.py holds what they share). Without `--write` this prints the markdown; with it, it
-rewrites the READMEs' blocks and redraws the plots. Nothing here measures: rerun `make bench` for new numbers.
+rewrites the blocks of the chapters' pages (README, units, results page) and redraws the plots. Nothing here
+measures: rerun `make bench` for new numbers.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from benchmarks.reporting import (
     ChapterReport,
     Draw,
     MissingResults,
+    page_with,
+    results_page,
     table,
     write_block,
 )
@@ -36,8 +39,9 @@ def reports() -> dict[str, ChapterReport]:
 # ---- the READMEs ---------------------------------------------------------------------------------------------
 def overview(chapters: dict[str, ChapterReport]) -> str:
     """The root README's table: one headline per chapter, each from the same files as the chapter's block."""
+    folders = {chapter: results.chapter_dir(chapter) for chapter in chapters}
     rows = [[str(int(chapter.removeprefix("step"))),
-             f"[results]({results.chapter_dir(chapter).name}/README.md#measured-here)", report.headline()]
+             f"[results]({folders[chapter].name}/{results_page(folders[chapter])})", report.headline()]
             for chapter, report in chapters.items()]
     return "\n".join(["Every figure below is drawn from the chapters' `results/*.json` by `python -m course "
                       "report --write`; `make bench` (CPU, chapters 1-5) and chapter 6's GPU command write them. "
@@ -46,11 +50,12 @@ def overview(chapters: dict[str, ChapterReport]) -> str:
 
 
 def publish(chapter: str, report: ChapterReport, text: str, plots: dict[str, Draw]) -> None:
-    """Write a chapter's block into its README and draw its plots into its results/ folder."""
+    """Write a chapter's blocks into the pages that hold their markers (README, units, results page) and draw its
+    plots into its results/ folder."""
     folder = results.chapter_dir(chapter)
-    write_block(folder / "README.md", text, report.begin)
+    write_block(page_with(folder, report.begin), text, report.begin)
     for (begin, end), section in (report.sections() if report.sections else {}).items():
-        write_block(folder / "README.md", section, begin, end)
+        write_block(page_with(folder, begin), section, begin, end)
     for name, draw in plots.items():
         draw(folder / "results" / name)
 

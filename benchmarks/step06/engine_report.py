@@ -74,7 +74,8 @@ def earlier_note(e: dict) -> str:
 def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "results") -> str:
     """The engine's block; `copy_tb_s`, the fastest copy the card made in the chapter's runs, sets the floors where
     this run's own copy probe read slower. `pictures` is the folder of the timeline's SVG relative to the page that
-    shows the block (the chapter's README reads `results`); None leaves the picture out, for a page that draws it."""
+    shows the block (the chapter's results page reads `results`); None leaves the picture out, for a page that draws
+    it."""
     m, ident = e["machine"], e["identity_fp32"]
     s = e["smollm2_135m"]
     lines = ["#### The engine end to end", "",

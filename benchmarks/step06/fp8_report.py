@@ -1,7 +1,7 @@
 """The FP8 KV cache's numbers, from results/fp8.json (the real model's accuracy, on a CPU: `python -m course bench
 step06 --workload fp8 --save`) and results/h200_fp8.json (the kernels and the capacity, on a GPU: `python -m
 benchmarks.step06.fp8 --out step06_triton/results/h200_fp8.json`). `section` is the lesson's trade-off table
-(README's `fp8` markers, in the Theory), `tables` the GPU's part of *Measured here*; report.py registers both.
+(the `fp8` markers of the results page), `tables` its GPU part; report.py registers both.
 Nothing here measures."""
 from __future__ import annotations
 
@@ -184,18 +184,18 @@ def section(acc: dict | None, gpu: dict | None) -> str:
         f"); the static pools by up to {pct(worst['perplexity_change'])}. "
         f"{provenance([acc])}", ""]
     if gpu is None:
-        lines += [f"On the GPU (not measured yet: `{GPU_COMMAND}` writes the tables under *Measured here*).", ""]
+        lines += [f"On the GPU (not measured yet: `{GPU_COMMAND}` writes this page's GPU tables).", ""]
     else:
         dec = gpu.get("decode", {}).get("32/8x128", {})
         if "fp8_token" in dec:
             lines += [f"On the {gpu['machine']['gpu']}, the ragged decode batch (32 / 8 heads x 128) reads "
                       f"{dec['fp8_token']['tokens_vs_bf16']}x the tokens of context per second from the fp8 pool "
-                      f"that it reads from the bf16 pool (tables under *Measured here*).", ""]
+                      f"that it reads from the bf16 pool (this page's GPU tables).", ""]
     return "\n".join(lines)
 
 
 def tables(gpu: dict | None, ab: dict | None = None) -> str:
-    """The GPU's part of *Measured here*: decode, extend and store over bf16 and fp8 pools, the ablation of the
+    """The results page's GPU part: decode, extend and store over bf16 and fp8 pools, the ablation of the
     decode's FP8 branch (`ab`), the capacity workload, the fp32 identity, the targets."""
     lines = ["#### An FP8 KV cache", ""]
     if gpu is None:

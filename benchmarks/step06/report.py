@@ -6,10 +6,10 @@ results/h200_fp8_ablation.json (the FP8 cache) and results/h200_speculative.json
 Runs on a CPU: it only reads the JSON that `python -m benchmarks.step06.kernels --part kernels --out
 step06_triton/results/h200.json`, `python -m benchmarks.step06.engine --out step06_triton/results/h200_engine.json`
 and `python -m benchmarks.step06.cascade --out step06_triton/results/h200_cascade.json` wrote on the GPU.
-Prints the markdown that README.md shows between its
-`results` markers; `--write` also puts it there, with the launch rule's before / after between the `split-rule`
-markers of the Theory and the FP8 cache's trade-off between its `fp8` markers (benchmarks/step06/fp8_report.py, from
-results/fp8.json and results/h200_fp8.json), and redraws results/roofline.svg.
+Prints the markdown that the chapter's results page (RESULTS.md) shows between its `results` markers; `--write` also
+puts it there, with the launch rule's before / after between the `split-rule` markers and the FP8 cache's trade-off
+between its `fp8` markers (benchmarks/step06/fp8_report.py, from results/fp8.json and results/h200_fp8.json), each in
+whichever page of the chapter holds its markers, and redraws results/roofline.svg.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from .flashinfer_anchor import goals as anchor_goals
 from .flashinfer_anchor import row_key
 from .kernels import GRAPH_CONTEXT
 
-README = CHAPTER / "README.md"
+PAGE = CHAPTER / reporting.RESULTS_PAGE  # the chapter's results page, which holds the `results` block
 BEGIN, END = "<!-- results:begin (python -m benchmarks.step06.report --write) -->", "<!-- results:end -->"
 RULE = "<!-- split-rule:begin (python -m benchmarks.step06.report --write) -->", "<!-- split-rule:end -->"
 FP8 = "<!-- fp8:begin (python -m course report --write) -->", "<!-- fp8:end -->"
@@ -224,7 +224,7 @@ def split_rule(res: dict) -> str:
     main = next(r for r in k["decode"] if (r["ragged"], r["batch"], r["context"], r["block_size"]) ==
                 (False, 64, 4096, 16))
     lo, hi = main["splits_per_sequence"]
-    return (f"Measured on the {k['machine']['gpu']} (tables under *Measured here*), on the ragged batch: the first "
+    return (f"Measured on the {k['machine']['gpu']} (this page's tables), on the ragged batch: the first "
             f"version's rule ({lm['first_rule_splits']} and {sm['first_rule_splits']} splits per sequence) moves "
             f"{lm['triton_first_rule_tb_s']} TB/s with {l_name} heads and {sm['triton_first_rule_tb_s']} with "
             f"{s_name}; cutting by work ({_splits(lm)} splits per sequence with {l_name} heads, {_splits(sm)} with "
@@ -252,7 +252,7 @@ def headline() -> str:
 
 
 def block(res: dict, engine: dict) -> str:
-    """The README's results block: the kernels' tables, then the engine's, cascade attention's, the FP8 cache's,
+    """The results page's block: the kernels' tables, then the engine's, cascade attention's, the FP8 cache's,
     a verify step's."""
     cascade = cascade_report.tables(cascade_report.load())
     fp8 = fp8_report.tables(fp8_report.load_gpu(), fp8_report.load_ablation())
@@ -262,13 +262,13 @@ def block(res: dict, engine: dict) -> str:
 
 
 def sections() -> dict[tuple[str, str], str]:
-    """The README's other measured blocks: the launch rule's before / after, the FP8 cache's trade-off (Theory)."""
+    """The chapter's other measured blocks: the launch rule's before / after, the FP8 cache's trade-off."""
     return {RULE: split_rule(load()), FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu())}
 
 
 @reporting.register("step06", headline, BEGIN, sections)
 def render() -> reporting.Rendered:
-    """The README's block, its roofline plot and the engine's timeline, for `python -m course report`."""
+    """The results page's block, its roofline plot and the engine's timeline, for `python -m course report`."""
     res, engine = load(), engine_report.load()
     return block(res, engine), {"roofline.svg": lambda path: plot(res, path),
                                 "timeline.svg": lambda path: engine_report.plot_timeline(engine, path)}
@@ -280,15 +280,15 @@ def readme_block(readme: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="update README.md's results block and the plot")
+    ap.add_argument("--write", action="store_true", help="update the chapter's results blocks and the plots")
     args = ap.parse_args(argv)
     res, engine = load(), engine_report.load()
     text = block(res, engine)
     print(text)
     if args.write:
-        reporting.write_block(README, text, BEGIN, END)
+        reporting.write_block(reporting.page_with(CHAPTER, BEGIN), text, BEGIN, END)
         for markers, section in sections().items():
-            reporting.write_block(README, section, *markers)
+            reporting.write_block(reporting.page_with(CHAPTER, markers[0]), section, *markers)
         plot(res)
         engine_report.plot_timeline(engine, RESULTS / "timeline.svg")
     return 0

@@ -1,5 +1,6 @@
-"""Every number in a README comes from data: each chapter's results block is exactly what `python -m course
-report` draws from the committed results/*.json, its plots are committed next to the data, and a missing
+"""Every number in a README comes from data: each chapter's results block (in its README, a unit or its results page)
+is exactly what `python -m course report` draws from the committed results/*.json, its plots are committed next to
+the data and shown on a page of the chapter, and a missing
 file is a clear error that names the command to run. Every chapter's report registers itself."""
 from __future__ import annotations
 
@@ -24,13 +25,18 @@ def test_every_chapter_registers_a_report():
 
 @pytest.mark.parametrize("chapter", list(REPORTS))
 def test_chapter_block_is_the_reports_output(chapter):
-    readme = (results.chapter_dir(chapter) / "README.md").read_text()
+    folder = results.chapter_dir(chapter)
     text, plots = REPORTS[chapter].render()
-    assert reporting.readme_block(readme, REPORTS[chapter].begin) == text, f"{chapter}'s README results block {STALE}"
+    page = reporting.page_with(folder, REPORTS[chapter].begin)
+    assert reporting.readme_block(page.read_text(), REPORTS[chapter].begin) == text, \
+        f"{chapter}'s results block in {page.name} {STALE}"
     for (begin, end), section in (REPORTS[chapter].sections() if REPORTS[chapter].sections else {}).items():
-        assert reporting.readme_block(readme, begin, end) == section, f"{chapter}'s README block {begin} {STALE}"
+        page = reporting.page_with(folder, begin)
+        assert reporting.readme_block(page.read_text(), begin, end) == section, \
+            f"{chapter}'s block {begin} in {page.name} {STALE}"
+    shown = "".join(p.read_text() for p in folder.glob("*.md"))
     for name in plots:
-        assert f"](results/{name})" in readme, f"{chapter}: plot {name} is drawn but not shown"
+        assert f"](results/{name})" in shown, f"{chapter}: plot {name} is drawn but not shown"
         assert (results.chapter_dir(chapter) / "results" / name).is_file(), f"results/{name} {STALE}"
 
 

@@ -107,6 +107,25 @@ def says(path: str, *strings: str) -> None:
         CHECKED[path] |= hit
 
 
+def pages(folder: str) -> tuple[str, ...]:
+    """A chapter's pages (its README, its units, its results page), as `documents` lists them."""
+    return tuple(p for p in _documents() if p.startswith(folder) and p.endswith(".md"))
+
+
+def says_in(folder: str, *strings: str) -> None:
+    """`says` for a chapter of several pages (its README, units and results page, under `folder`): each string is
+    checked in every page that states it, and named if none does. A path that is not a folder is one page."""
+    if not folder.endswith("/"):
+        return says(folder, *strings)
+    for s in strings:
+        where = [p for p in pages(folder) if _prose(p).covered(s)]
+        for path in where or [f"{folder}README.md"]:
+            says(path, s)
+
+
+CHAPTER6 = "step06_triton/"
+
+
 def fmt(x: float, digits: int) -> str:
     """A number as the lessons write it: thousands separated, `digits` decimals."""
     return f"{x:,.{digits}f}"
@@ -627,31 +646,32 @@ def test_step06_theory():
     from step06_triton import cascade_engine, cuda_graph, decode_attention, extend_attention
     from step06_triton.cascade import CascadeGrid
 
-    path = "step06_triton/README.md"
+    path = CHAPTER6
     kernels = step06_report.load()["kernels"]
     sms = kernels["machine"]["sms"]
     hq, hkv, _ = HEADS["32/8x128"]
     bf16 = torch.bfloat16.itemsize
-    says(path, f"In bf16 ({bf16} bytes) that is", f"{hq // hkv} FLOP/byte for a Llama-3-8B layer ({hq} / {hkv} heads), "
+    says_in(path,
+            f"In bf16 ({bf16} bytes) that is", f"{hq // hkv} FLOP/byte for a Llama-3-8B layer ({hq} / {hkv} heads), "
                f"{S['num_heads'] // S['num_kv_heads']} for SmolLM2 ({S['num_heads']} / {S['num_kv_heads']})",
          f"the H200 has {sms}, each", f"({S['num_heads']} query / {S['num_kv_heads']} KV heads)",
          f"{hq} / {hkv} heads on {sms} SMs", f"on {sms} SMs? Why does", f"{S['num_heads']} query heads, "
          f"{extend_attention.SHORT_CHUNK_TILE[0]}-row query blocks")
     copies = [r["copy_tb_s"] for r in kernels["decode"]] + [kernels["ceilings"]["copy_tb_s"]]
     ridge = kernels["ceilings"]["matmul_tflop_s"] / max(copies)
-    says(path, f"puts the ridge above {int(ridge // 50 * 50)} FLOP/byte")
+    says_in(path, f"puts the ridge above {int(ridge // 50 * 50)} FLOP/byte")
     tile = decode_attention.DECODE_TILE[S["head_dim"]][0]
-    says(path, "(padded to 16, the smallest", f"tiles of {tile} tokens, loads")  # tl.dot's smallest M: 16
+    says_in(path, "(padded to 16, the smallest", f"tiles of {tile} tokens, loads")  # tl.dot's smallest M: 16
     sizes = sorted({r["block_size"] for r in kernels["decode"]})
-    says(path, f"the bench measures blocks of {sizes[-1]} and of {sizes[0]}")
+    says_in(path, f"the bench measures blocks of {sizes[-1]} and of {sizes[0]}")
     long_uniform = next(r for r in kernels["decode"] if r["context"] == max(c for _, c in UNIFORM_SHAPES))
-    says(path, f"A batch of {long_uniform['batch']} long sequences with {long_uniform['hkv']} KV heads is "
+    says_in(path, f"A batch of {long_uniform['batch']} long sequences with {long_uniform['hkv']} KV heads is "
                f"{long_uniform['batch'] * long_uniform['hkv']} programs for {sms} SMs",
          f"walks {long_uniform['context'] // 1024}k tokens")
     fill = decode_attention.FILL_PER_SM
     assert decode_attention.PROGRAMS_PER_SM == 16, "the lesson says about sixteen programs per SM"
     uniform = _decode_row("32/8x128", False, 16, 64)
-    says(path, f"enough to keep {fill} programs per SM",
+    says_in(path, f"enough to keep {fill} programs per SM",
          f"{uniform['batch']} contexts of {uniform['context']:,} tokens "
                f"with {uniform['hkv']} KV heads are {uniform['programs']} programs",
          f"` = {fill * sms // uniform['programs']} split each (the floor: {uniform['programs']} programs come close "
@@ -662,7 +682,7 @@ def test_step06_theory():
          f"the uniform {uniform['batch']} × {uniform['context']:,} batch?")
     assert uniform["programs"] == RAGGED["batch"] * hkv == uniform["batch"] * uniform["hkv"]
     splits = long_uniform["splits_per_sequence"][0]
-    says(path, f"too few to fill the GPU ({long_uniform['batch']}\nsequences of {long_uniform['context'] // 1024}k "
+    says_in(path, f"too few to fill the GPU ({long_uniform['batch']}\nsequences of {long_uniform['context'] // 1024}k "
                f"tokens become {splits} splits each; {uniform['batch']} of {uniform['context'] // 1024}k stay whole",
          f"`min_split_len` ({decode_attention.MIN_SPLIT_LEN} tokens)")
     short = step06_report.load()["short"]
@@ -671,7 +691,7 @@ def test_step06_theory():
         best[r["heads"], r["min_split_len"]] = min(best.get((r["heads"], r["min_split_len"]), float("inf")), r["us"])
     floor = decode_attention.MIN_SPLIT_LEN
     from benchmarks.step06.kernels import SHORT
-    says(path, f"({short['lengths']['batch']} contexts of {SHORT['low']} to {short['lengths']['max']:,} tokens",
+    says_in(path, f"({short['lengths']['batch']} contexts of {SHORT['low']} to {short['lengths']['max']:,} tokens",
          f"takes {best['9/3x64', floor]:.1f} µs with\nSmolLM2's heads where a floor of 256 tokens would take "
          f"{best['9/3x64', 256]:.1f} and one of 32 takes {best['9/3x64', 32]:.1f}, and "
          f"{best['32/8x128', floor]:.1f} µs with 32 / 8\nheads where 256 takes {best['32/8x128', 256]:.1f}",
@@ -680,27 +700,27 @@ def test_step06_theory():
     assert 0.05 < 1 - best["9/3x64", 256] / best["9/3x64", floor] < 0.15, "a tenth off the best on SmolLM2"
     first, prompt = _first_warm_long()
     cached = first - prompt
-    says(path, f"computes {prompt} tokens after {cached:,}\ncached ones: one query block per head, {S['num_heads']} "
+    says_in(path, f"computes {prompt} tokens after {cached:,}\ncached ones: one query block per head, {S['num_heads']} "
                f"programs for SmolLM2 on {sms} SMs, each walking {first:,} keys",
          f"fewer\nthan {extend_attention.FILL_PER_SM} programs per SM", f"(no shorter than "
          f"{extend_attention.MIN_SPLIT_LEN}\ntokens, at most {extend_attention.MAX_SPLITS})",
          f"computes {prompt} tokens after {cached:,} cached ones. How many programs",
          "why is a\nchunk of 8,192 tokens")
     ragged16 = _decode_row("32/8x128", True, 16)
-    says(path, f"SmolLM2's graphs serve contexts up to {S['max_position_embeddings']:,} tokens",
+    says_in(path, f"SmolLM2's graphs serve contexts up to {S['max_position_embeddings']:,} tokens",
          f"For\na step of {RAGGED['batch']} sequences whose longest context is 300 tokens",
          f"(longest context {ragged16['context']:,} tokens)")
     shared = _cascade()["engine_smollm2"]["shared_system"]
-    says(path, f"{shared['requests']} requests behind one system prompt compute",
+    says_in(path, f"{shared['requests']} requests behind one system prompt compute",
          f"{shared['requests']} requests behind {shared['system_tokens'][0]:,} shared tokens read those tokens' K/V "
          f"{shared['requests']} times")
     row = _cascade()["attention"]["smollm2_135m"]
     batch, (prefix,), own = row["batch"], row["prefixes"], row["own_tokens"]
     mean_own = sum(own) / 2  # the bench draws each sequence's own tokens uniformly from that range
-    says(path, f"With {batch} sequences behind {prefix:,} shared tokens and {own[0]}-{own[1]} tokens of their own, "
+    says_in(path, f"With {batch} sequences behind {prefix:,} shared tokens and {own[0]}-{own[1]} tokens of their own, "
                f"plain decode reads about\n{batch * (prefix + mean_own) / 1e6:.2f} M tokens' K/V",
          f"cascade about {(prefix + batch * mean_own) / 1e3:.0f} k")
-    says(path, f"decode rows ({cascade_engine.MIN_SEQS}) sharing", f"tokens ({cascade_engine.MIN_TOKENS}, vLLM's "
+    says_in(path, f"decode rows ({cascade_engine.MIN_SEQS}) sharing", f"tokens ({cascade_engine.MIN_TOKENS}, vLLM's "
          "threshold)")
     group = S["num_heads"] // S["num_kv_heads"]
     buckets = decode_attention.split_buckets(S["max_position_embeddings"])
@@ -709,7 +729,7 @@ def test_step06_theory():
     assert grid.prefix_splits == cascade_kernels.MAX_PREFIX_SPLITS
     assert axis == decode_attention.split_bucket(buckets, own[1])
     big = _cascade()["attention"]["llama_3_2_1b"]
-    says(path, f"tiles for any groups of {cascade_engine.MIN_SEQS} or more rows, {grid.prefix_splits} prefix splits",
+    says_in(path, f"tiles for any groups of {cascade_engine.MIN_SEQS} or more rows, {grid.prefix_splits} prefix splits",
          f"At {batch}\nrows of SmolLM2's heads a captured step launches {kv} × {grid.tiles} tiles × "
          f"{grid.prefix_splits} splits = {kv * grid.tiles * grid.prefix_splits:,} prefix programs",
          f"needs {kv} × {row['tiles']} × {row['prefix_splits'][0]} = {kv * row['tiles'] * row['prefix_splits'][0]:,}",
@@ -722,16 +742,18 @@ def test_step06_theory():
          f"{big['cascade_graph_grid_us']} against {big['cascade_one_axis_us']} on the single axis and "
          f"{big['cascade_us']} eager)")
     engine = engine_report.load()["smollm2_135m"]["random"]["decode"]
-    says(path, f"SmolLM2 with {engine['batch']} sequences is")
-    says(path, f"SmolLM2-135M's decode step moves about {(engine['weight_bytes'] + engine['kv_bytes']) / 1e9:.1f} GB "
+    says_in(path, f"SmolLM2 with {engine['batch']} sequences is")
+    says_in(path,
+            f"SmolLM2-135M's decode step moves about {(engine['weight_bytes'] + engine['kv_bytes']) / 1e9:.1f} GB "
                f"(its {engine['weight_bytes'] / 1e6:.0f} MB of weights",
          f"that is about {engine['floor_us'] / 1e3:.1f} ms")
     assert engine["weight_bytes"] == 2 * _params()
     sizes = cuda_graph.EXTEND_SIZES
-    says(path, f"padded to {sizes[0]}, {sizes[1]}, … {sizes[4]} tokens")
-    says(path, f"SmolLM2 ({S['num_kv_heads']} KV heads of {S['head_dim']} dimensions, {S['num_layers']} layers, bf16)")
+    says_in(path, f"padded to {sizes[0]}, {sizes[1]}, … {sizes[4]} tokens")
+    says_in(path,
+            f"SmolLM2 ({S['num_kv_heads']} KV heads of {S['head_dim']} dimensions, {S['num_layers']} layers, bf16)")
     system = re.search(r"system = ids\((\d+)\)", (REPO_ROOT / "benchmarks" / "step06" / "engine.py").read_text())[1]
-    says(path, f"requests share a\n{int(system):,}-token system prompt")
+    says_in(path, f"requests share a\n{int(system):,}-token system prompt")
 
 
 def _first_warm_long(block: int = 16) -> tuple[int, int]:
@@ -751,17 +773,17 @@ def test_step06_measured():
     from benchmarks.step06.kernels import PREFILL_SHAPE
     from step06_triton import extend_attention
 
-    path = "step06_triton/README.md"
+    path = CHAPTER6
     kernels = step06_report.load()["kernels"]
     tests = (REPO_ROOT / "step06_triton" / "results" / "h200_pytest.txt").read_text().strip().splitlines()[-1]
     passed = re.search(r"(\d+) passed", tests)[1]
-    says(path, f"): {passed} passed — graph replays")
+    says_in(path, f"): {passed} passed — graph replays")
     assert "failed" not in tests, "the lesson says none failed"
     uniform, ragged = _decode_row("32/8x128", False, 16, 64), _decode_row("32/8x128", True, 16)
     long = _decode_row("32/8x128", False, 16, 8)
     small = _decode_row("9/3x64", True, 16)
     small_mb = small["total_tokens"] * small["hkv"] * small["d"] * 2 * 2 / 1e6  # K and V in bf16
-    says(path, f"noisy: {kernels['ceilings']['copy_tb_s']:.1f} TB/s for the 1-GiB",
+    says_in(path, f"noisy: {kernels['ceilings']['copy_tb_s']:.1f} TB/s for the 1-GiB",
          f"{ragged['copy_tb_s']:.1f} TB/s for the {long['batch']} × {long['context'] // 1024}k and ragged Llama rows",
          f"moves only ~{round(small_mb, -1):.0f} MB",
          f"reaches {small['copy_tb_s']:.1f} TB/s, and the kernel ({small['triton_tb_s']:.1f})")
@@ -771,9 +793,10 @@ def test_step06_measured():
     small_target = next(g for name, g in goals.items() if name.startswith("decode ragged 9/3x64"))
     big_target = next(g for name, g in goals.items() if name.startswith("decode ragged 32/8x128"))
     target = lambda g: float(re.search(r">= ([\d.]+) TB/s", g["goal"])[1])  # noqa: E731
-    says(path, f"its target of\n{target(small_target)} TB/s is missed", f"the target\nof {target(small_target)} TB/s "
+    says_in(path,
+            f"its target of\n{target(small_target)} TB/s is missed", f"the target\nof {target(small_target)} TB/s "
          "is above")
-    says(path, f"no paging at all ({uniform['contiguous_sdpa_tb_s']:.1f} TB/s)",
+    says_in(path, f"no paging at all ({uniform['contiguous_sdpa_tb_s']:.1f} TB/s)",
          f"falls far behind at {long['batch']} × {long['context'] // 1024}k",
          f"({long['batch']} × {long['context'] // 1024}k gets {long['splits_per_sequence'][0]} splits per sequence)")
     block16 = [r for r in kernels["decode"] if not r["ragged"] and r["block_size"] == 16]
@@ -782,7 +805,8 @@ def test_step06_measured():
     above = [r for r in block16 if r["triton_tb_s"] > r["first_version_tb_s"]]
     lost = sorted(1 - r["triton_tb_s"] / r["first_version_tb_s"] for r in block1)
     assert len(above) == 1, "the lesson names one row above the first version"
-    says(path, f"blocks of 16 are within {worst16:.0%} of it ({above[0]['batch']} × {above[0]['context']:,} above it)",
+    says_in(path,
+            f"blocks of 16 are within {worst16:.0%} of it ({above[0]['batch']} × {above[0]['context']:,} above it)",
          f"Blocks of 1 lose {lost[0]:.0%}-{lost[-1]:.0%} against".replace("%-", "-"),
          f"at {uniform['batch']} × {uniform['context']:,} and {long['batch']} × {long['context'] // 1024}k "
          "(the target")
@@ -792,7 +816,7 @@ def test_step06_measured():
     one_axis_splits, one_axis_tb_s = ragged["graph_grid_splits"], ragged["triton_graph_grid_tb_s"]
     bucket = split_bucket(split_buckets(GRAPH_CONTEXT), ragged["context"])
     assert bucket == ragged["max_splits"], "the lesson says the captured step replays the eager launch"
-    says(path, f"lifts the {ragged['hq']}/{ragged['hkv']} × {ragged['d']} layer from "
+    says_in(path, f"lifts the {ragged['hq']}/{ragged['hkv']} × {ragged['d']} layer from "
                f"{ragged['triton_first_rule_tb_s']} TB/s",
          f"to {ragged['triton_tb_s']} with blocks of 16 and {ragged1['triton_tb_s']} with blocks of 1 — "
                f"{1 - ragged['triton_tb_s'] / target(big_target):.1%} under and just over the target\nof "
@@ -806,7 +830,7 @@ def test_step06_measured():
     prefill, flex = kernels["prefill"], kernels["prefill"]["flex"]["tflop_s"]
     assert (prefill["batch"], prefill["prefix"], prefill["new"]) == PREFILL_SHAPE
     long_tile, short_tile = extend_attention.LONG_CHUNK_TILE, extend_attention.SHORT_CHUNK_TILE
-    says(path, f"at ({prefill['batch']}, {prefill['prefix']:,}, {prefill['new']:,}) the kernel moves "
+    says_in(path, f"at ({prefill['batch']}, {prefill['prefix']:,}, {prefill['new']:,}) the kernel moves "
                f"{prefill['triton_tflop_s']} TFLOP/s against FlexAttention's {flex}",
          f"ahead by\n{prefill['triton_tflop_s'] / flex - 1:.1%}",
          f"({long_tile[0]} × {long_tile[1]} on {long_tile[2]} warps for long chunks, "
@@ -815,9 +839,9 @@ def test_step06_measured():
     ncu = (REPO_ROOT / "step06_triton" / "results" / "h200_ncu_prefill.txt").read_text()
     busy = [float(x) for x in re.findall(r"SM Busy\s+%\s+([\d.]+)", ncu)]
     warps = {int(x) for x in re.findall(r"Theoretical Active Warps per SM\s+warp\s+(\d+)", ncu)}
-    says(path, f"both kernels at {warps.pop()} warps per SM and the SM ~{round(min(busy), -1):.0f}% busy")
+    says_in(path, f"both kernels at {warps.pop()} warps per SM and the SM ~{round(min(busy), -1):.0f}% busy")
     rp = kernels["ragged_prefill"]
-    says(path, f"({rp['batch']} chunks of {min(rp['news'])}..{max(rp['news'])} tokens after prefixes up to "
+    says_in(path, f"({rp['batch']} chunks of {min(rp['news'])}..{max(rp['news'])} tokens after prefixes up to "
                f"{max(rp['prefixes']):,})", f"keep the {short_tile[0]} × {short_tile[1]} tile, {rp['triton_tflop_s']} "
                f"against FlexAttention's {rp['flex']['tflop_s']}")
     e = engine_report.load()
@@ -835,7 +859,7 @@ def test_step06_measured():
     products = [us / n for name, n, us in dec["kernel_profile"] if name.startswith("nvjet") and n >= 30]
     from benchmarks.step06.engine import floor_us
     from benchmarks.step06.report import fastest_copy, load
-    says(path, f"the overlapped engine makes {small_e['random']['engine_overlap']['ratio_vs_hf_static']}x Hugging",
+    says_in(path, f"the overlapped engine makes {small_e['random']['engine_overlap']['ratio_vs_hf_static']}x Hugging",
          f"(against a target of {float(number(ratio)):g}x: {'met' if ratio['met'] else 'missed'})",
          f"{big_e['random']['engine_overlap']['ratio_vs_hf_static']}x on the 1B shape and "
          f"{small_e['shared_system']['engine_overlap']['ratio_vs_hf_static']}x where "
@@ -873,7 +897,7 @@ def test_step06_fp8():
     from step06_triton.pictures import fp8_block_dot
     from step06_triton.store_kvcache import scale_layout
 
-    path = "step06_triton/README.md"
+    path = CHAPTER6
     e4m3 = torch.finfo(torch.float8_e4m3fn)
     mantissa = round(-math.log2(e4m3.eps))
     exponent = e4m3.bits - 1 - mantissa
@@ -881,7 +905,7 @@ def test_step06_fp8():
     step = torch.tensor([1], dtype=torch.uint8).view(torch.float8_e4m3fn).float().item()  # the smallest subnormal
     largest = f"{FP8_MAX:.0f}"
     assert e4m3.max == FP8_MAX and high - low + 1 == 15, "the lesson says fifteen powers of two"
-    says(path, f"a float of {e4m3.bits - exponent - mantissa} sign bit, {exponent} exponent bits (bias {1 - low}) "
+    says_in(path, f"a float of {e4m3.bits - exponent - mantissa} sign bit, {exponent} exponent bits (bias {1 - low}) "
                f"and {mantissa} mantissa bits",
          f"largest is {e4m3.max / 2 ** high:g} · 2^{high} = {largest}. Normal values run from 2^{low} to {largest}; "
          f"below 2^{low} the subnormals keep a fixed step of 2^{round(math.log2(step))}",
@@ -905,7 +929,7 @@ def test_step06_fp8():
         assert token - static == m["layers"] * 2 * block * m["kv_heads"] * fp32, "one fp32 scale per head row"
         share[name] = (token - static) / static
     d, big = small["head_dim"], llama["head_dim"]
-    says(path, f"one fp32 per head row: {fp32} bytes per {d} (SmolLM2, {share['smollm2_135m']:.2%}) or per {big} "
+    says_in(path, f"one fp32 per head row: {fp32} bytes per {d} (SmolLM2, {share['smollm2_135m']:.2%}) or per {big} "
                f"(Llama, {share['llama_3_8b']:.1%})",
          f"It pays {share['smollm2_135m']:.2%} of the fp8 bytes at head_dim {d} ({share['llama_3_8b']:.1%} at {big}): "
          f"{pools['smollm2_135m']['bf16'] / pools['smollm2_135m']['fp8, scales per token and head']:.2f}x the blocks "
@@ -916,7 +940,7 @@ def test_step06_fp8():
          f"Decode reads {d + fp32} bytes per head row instead of {d * bf16} at head_dim {d} ({big + fp32} instead of "
          f"{big * bf16} at {big})")
     per_requests, gib = REQUESTS_OF["smollm2_135m"]
-    says(path, f"For SmolLM2 ({small['layers']} layers, {small['kv_heads']} KV heads of {d}) in blocks of {block},",
+    says_in(path, f"For SmolLM2 ({small['layers']} layers, {small['kv_heads']} KV heads of {d}) in blocks of {block},",
          f"fit in {gib} GiB, and how many requests of {per_requests:,} tokens?",
          f"layout ({llama['layers']} layers, {llama['kv_heads']} KV heads of {big})")
     # where the scales come from, and what the real model loses
@@ -928,26 +952,27 @@ def test_step06_fp8():
     assert min(variants, key=lambda v: variants[v]["perplexity_change"]) == kept
     inside = {v for v in variants if variants[v]["perplexity_change"] <= target}
     assert inside == {kept, "fp8, per layer and head (calibrated)"}, "the lesson names the two inside the target"
-    says(path, f"`KVScales.uniform(layers)` for {one})", f"(scale {one} is this case)",
+    says_in(path, f"`KVScales.uniform(layers)` for {one})", f"(scale {one} is this case)",
          f"the `{calibration}` workload's {workload(calibration)['requests']} prompts",
          f"one of the two inside the {target:.0%} perplexity target",
          f"stays within the {target:.0%} perplexity target without calibration data")
     figure = inspect.signature(fp8_block_dot).parameters
     assert figure["cfg"].default is None, "the figure draws SmolLM2's shape"
-    says(path, f"one layer of one {figure['block_size'].default}-token block to scale. In fp8 each head row of {d} "
+    says_in(path, f"one layer of one {figure['block_size'].default}-token block to scale. In fp8 each head row of {d} "
                "one-byte values")
     says("notebooks/06_triton.ipynb", f"its largest value becomes {largest} exactly, the others land within "
          f"1/{2 ** (mantissa + 1)} of themselves",
          f"each head row of {d} one-byte values carries its {fp32}-byte scale")
     assert big == 2 * d, "the lesson says twice as many"
-    says(path, f"SmolLM2 attends with {S['num_kv_heads']} KV heads of {d} over {S['num_layers']} layers: a score is a "
+    says_in(path,
+            f"SmolLM2 attends with {S['num_kv_heads']} KV heads of {d} over {S['num_layers']} layers: a score is a "
                f"dot product of {d} rounded values (a large model's heads of {big} average",
          f"expect a {_params() / 1e6:.0f}M model")
     # the kernels
     cache = torch.empty(2, 4, 3, 8, dtype=torch.float8_e4m3fn)  # [blocks, block_size, H_kv, D]
     per_token, per_head, per_layer = (scale_layout(cache, torch.empty(shape)) for shape in ((2, 4, 3), (3,), (1,)))
     assert per_token[0] == cache.shape[2], "per token and head, a slot's scales are H_kv apart"
-    says(path, f"({mantissa} mantissa bits fit in fp16's {round(-math.log2(torch.finfo(torch.float16).eps))}",
+    says_in(path, f"({mantissa} mantissa bits fit in fp16's {round(-math.log2(torch.finfo(torch.float16).eps))}",
          f"strides (H_kv, {per_token[1]}) per token and head, {per_head} per head, {per_layer} per layer — a stride "
          f"of {per_layer[0]} broadcasts")
     kernels_test = (REPO_ROOT / "tests" / "step06" / "test_fp8_kernels.py").read_text()
@@ -955,14 +980,14 @@ def test_step06_fp8():
                          r'"num_kv_heads,head_dim", \[(.*?)\]\)\s*def test_fp8_store_quantizes', kernels_test, re.S)
     blocks, heads = quantize[1].split(", "), [int(h) for h, _ in re.findall(r"\((\d+), (\d+)\)", quantize[2])]
     assert "] = 0  # a row of zeros" in kernels_test and "] = -1  # a padding row" in kernels_test
-    says(path, f"each row's amax / {largest} when dynamic ({token_scales(torch.zeros(1, d)).item():g} for a row of "
+    says_in(path, f"each row's amax / {largest} when dynamic ({token_scales(torch.zeros(1, d)).item():g} for a row of "
                f"zeros), else the given static scales — divided, saturated at ±{largest}, rounded",
          f"`quantize`, blocks of {blocks[0]} and {blocks[1]}, {min(heads)}-{max(heads)} heads, a row of zeros, slot −1")
     # Triton's interpreter, as the test that pins its bugs shows them
     triton = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["triton"]
     version = next(p for p in triton if p.startswith("triton==")).removeprefix("triton==")
     wrong = re.search(r'"([\d.]+) -> ([\d.]+) \(no carry\)', kernels_test)
-    says(path, f"Triton {'.'.join(version.split('.')[:2])}'s interpreter reads e4m3 exactly (every one of its "
+    says_in(path, f"Triton {'.'.join(version.split('.')[:2])}'s interpreter reads e4m3 exactly (every one of its "
                f"{2 ** e4m3.bits} values)", f"to the {mantissa}-bit mantissa",
          f"({wrong[1]} becomes {wrong[2]})", f"turns values beyond {largest} into NaN")
     # the H200
@@ -970,7 +995,8 @@ def test_step06_fp8():
     goal = next(g["goal"] for g in h200["goals"] if g["goal"].startswith("decode"))
     wanted = re.search(r">= ([\d.]+)x", goal)[1]
     big = h200["decode"]["32/8x128"]
-    says(path, f"decode over the fp8 pool at {big['fp8_token']['tokens_vs_bf16']}x the\nbf16 pool's tokens of context "
+    says_in(path,
+            f"decode over the fp8 pool at {big['fp8_token']['tokens_vs_bf16']}x the\nbf16 pool's tokens of context "
                f"per second ({big['fp8_static']['tokens_vs_bf16']}x with the static pool) and prefill at "
                f"{h200['extend']['uniform']['fp8_token']['vs_bf16']}x, far from the {wanted}x\nthat half the bytes "
                "promise")
@@ -985,7 +1011,7 @@ def test_step06_fp8():
                                                              "context_tokens_per_s"]
     pre = lambda v: fp8_report.best(ab["variants"][v]["prefill"], "fp8_token", "tflop_s") / fp8_report.best(  # noqa: E731
         ref["prefill"], "bf16", "tflop_s")
-    says(path, f"the\nfirst version read {ratio('scales_on_v_tile'):.2f}x the bf16 pool's tokens at its best tile",
+    says_in(path, f"the\nfirst version read {ratio('scales_on_v_tile'):.2f}x the bf16 pool's tokens at its best tile",
          f"the kernel reads {ratio('kernel'):.2f}x", f"it would read {ratio('no_scales'):.2f}x",
          f"Prefill pays more ({pre('kernel'):.2f}x, {pre('no_scales'):.2f}x without scales)")
     assert ratio("scales_on_v_tile") < ratio("kernel") < ratio("no_scales"), "the lesson orders the three so"
@@ -993,7 +1019,8 @@ def test_step06_fp8():
         f"fp8_token {decode_attention.DECODE_TILE_FP8[128][0]}x{decode_attention.DECODE_TILE_FP8[128][1]}"]
     small = lambda v: fp8_report.best(ab["variants"][v]["decode"]["9/3x64"], "fp8_token",  # noqa: E731
                                       "context_tokens_per_s") / ref["decode"]["9/3x64"]["bf16"]["context_tokens_per_s"]
-    says(path, f"({shipped['context_tokens_per_s'] / ref['decode']['32/8x128']['bf16']['context_tokens_per_s']:.2f}x "
+    says_in(path,
+            f"({shipped['context_tokens_per_s'] / ref['decode']['32/8x128']['bf16']['context_tokens_per_s']:.2f}x "
                f"on the {decode_attention.DECODE_TILE_FP8[128][0]}-key tile it shipped with)",
          "with SmolLM2's {} / {} × {} they still cost a tenth".format(*HEADS["9/3x64"]),
          f"they still cost a tenth: {small('kernel'):.2f}x against {small('no_scales'):.2f}x",
@@ -1007,7 +1034,7 @@ def test_step06_fp8():
     issue = grab(r"Warp Cycles Per Issued Instruction\s+cycle\s+([\d.]+)")
     tb_s = grab(r"Memory Throughput\s+Tbyte/s\s+([\d.]+)")
     instructions = grab(r"Executed Instructions\s+inst\s+([\d,]+)")
-    says(path, f"holds {regs[0]:.0f} registers a thread, so {blocks[0]:.0f} blocks fit an SM",
+    says_in(path, f"holds {regs[0]:.0f} registers a thread, so {blocks[0]:.0f} blocks fit an SM",
          f"every {issue[0]:.1f} cycles) while DRAM moves {tb_s[0]:.2f} TB/s", f"holds {regs[1]:.0f}, so "
          f"{blocks[1]:.0f} blocks fit, and executes {instructions[1] / instructions[0] - 1:.0%} more instructions",
          f"a warp issues every {issue[1]:.1f} cycles", f"DRAM moves {tb_s[1]:.2f} TB/s", f"a tile of "
@@ -1021,7 +1048,7 @@ def test_step06_fp8():
 def test_step06_flashinfer():
     """The lesson's reading of the FlashInfer anchor: every ratio from results/h200_flashinfer.json."""
     from benchmarks.step06.kernels import HEADS
-    path = "step06_triton/README.md"
+    path = CHAPTER6
     fi = json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_flashinfer.json").read_text())
     rows = fi["decode"]
     rag = {r["heads"]: r for r in rows.values() if r["ragged"] and r["block_size"] == 16}
@@ -1031,7 +1058,7 @@ def test_step06_flashinfer():
               for h, r in rag.items()}
     assert better == {"32/8x128": "tensor_cores", "9/3x64": "cuda_cores"}, "the lesson names the better kernels"
     big, small = rag["32/8x128"], rag["9/3x64"]
-    says(path, f"{big['graph_vs_flashinfer']}x\n  FlashInfer's bandwidth as a graph replay and "
+    says_in(path, f"{big['graph_vs_flashinfer']}x\n  FlashInfer's bandwidth as a graph replay and "
                f"{big['eager_vs_flashinfer']}x eager with 32 / 8 heads, {small['graph_vs_flashinfer']}x and "
                f"{small['eager_vs_flashinfer']}x with 9 / 3", f"({min(uniform16)}x to {max(uniform16)}x with\n  blocks "
                "of 16)", f"({long1['graph_vs_flashinfer']}x at 8 × 32k)",
@@ -1049,7 +1076,7 @@ def near(path: str, stated: str, value: float, within: float) -> None:
     number = float(NUMBER.search(stated)[0].replace(",", ""))
     if abs(number - value) > within:
         MOVED.append(f"  {path} says {stated!r}, but the figure is now {value:g} (more than {within:g} away)")
-    says(path, stated)
+    says_in(path, stated)
 
 
 def test_notebooks():
@@ -1084,7 +1111,7 @@ def test_notebooks():
          f"at block sizes {', '.join(map(str, sizes[:-1]))} and {sizes[-1]}")
     for path, words in (("notebooks/02_paged.ipynb", "({}-token blocks, so that block boundaries come often)"),
                         ("notebooks/05_bridge.ipynb", "in {}-token blocks so that drafts cross block boundaries")):
-        spec_block = re.search(r"EngineConfig\(num_blocks=\d+, block_size=(\d+), num_speculative_tokens=",
+        spec_block = re.search(r"EngineConfig\(num_blocks=\d+, block_size=(\d+)\).*speculative=SpeculativeConfig",
                                _notebook_code(path))[1]  # the speculative section's engine
         says(path, words.format(spec_block))
     says("notebooks/06_triton.ipynb", f"a real GPU has {step06_report.load()['kernels']['machine']['sms']} SMs")
@@ -1220,7 +1247,7 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                 "`ref_cnt` 0", "| 0 means |", "count reaches 0", "a count goes to −1",
                 "`locks_after` 0 and `blocks_leaked` 0", "not 0, when", "at block size 1", "same as 2)"),
     },
-    "step06_triton/README.md": {
+    CHAPTER6: {  # every page of chapter 6: its README, its units, its results page
         NAME: ("1B shape", "1B-shaped", "FlashAttention-2", "32 bits", "stage 1", "stage 2", "FlashAttention-3",
                "Llama-3-8B", "an 8B model", "Asymmetric 2bit Quantization", "Towards 10 Million Context Length"),
         GIVEN: ("A decode step of 256 sequences behind one 4,096-token system prompt, each with 64 tokens of its own",
@@ -1288,19 +1315,25 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
 def test_every_number_in_the_lessons_is_checked():
     """Every number in the lessons' prose was checked by a `says` of this file, is structure, or is in
     `ALLOWED` with its kind: a number typed only in the markdown fails here, with its file and line."""
-    assert not set(ALLOWED) - set(_documents()), f"ALLOWED names no lesson: {set(ALLOWED) - set(_documents())}"
-    unchecked, unused = [], []
+    missing = {k for k in ALLOWED if not any(p == k or (k.endswith("/") and p.startswith(k)) for p in _documents())}
+    assert not missing, f"ALLOWED names no lesson: {missing}"
+    unchecked: list[str] = []
+    used: set[tuple[str, str]] = set()  # (ALLOWED key, context) that covered a number
     for path, doc in _documents().items():
         lesson = _prose(path)
         allowed: set[int] = set()
-        for contexts in ALLOWED.get(path, {}).values():
-            for context in contexts:
-                hit = lesson.covered(context) - CHECKED[path]
-                if not hit and path not in CUT:
-                    unused.append(f"{path}: {context!r}")
-                allowed |= hit
+        keys = [k for k in ALLOWED if k == path or (k.endswith("/") and path.startswith(k))]
+        for key in keys:
+            for contexts in ALLOWED[key].values():
+                for context in contexts:
+                    hit = lesson.covered(context) - CHECKED[path]
+                    if hit or path in CUT:
+                        used.add((key, context))
+                    allowed |= hit
         unchecked += [f"{doc.where(o)}: {n}" for o, n in sorted(lesson.numbers.items())
                       if o not in CHECKED[path] and o not in allowed]
+    unused = [f"{key}: {context!r}" for key, kinds in ALLOWED.items() for contexts in kinds.values()
+              for context in contexts if (key, context) not in used]
     assert not unchecked, ("numbers typed only in the lessons: check each with `says` (read from the committed "
                            "results or computed from the code), or list it in ALLOWED under its kind:\n"
                            + "\n".join(unchecked))

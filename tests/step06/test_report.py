@@ -1,4 +1,4 @@
-"""The chapter's numbers and pictures come from code: the README's results block is what `report.py` prints from
+"""The chapter's numbers and pictures come from code: the results page's block is what `report.py` prints from
 the committed JSON, the split-KV figure cuts the context as the kernel does (tests/test_figures.py checks that the
 committed figure is what `pictures.py` draws), and the demo agrees with chapter 1."""
 from __future__ import annotations
@@ -14,11 +14,12 @@ from tests.driver import demo_answer_matches_step01
 
 
 def test_readme_results_are_the_reports_output():
-    readme = report.README.read_text()
-    assert report.readme_block(readme) == report.block(report.load(), report.engine_report.load()), \
-        "README.md's results block is stale: run `python -m benchmarks.step06.report --write`"
-    assert course_report.readme_block(readme, *report.RULE) == report.split_rule(report.load()), \
-        "README.md's launch-rule numbers (Theory) are stale: run `python -m benchmarks.step06.report --write`"
+    page = report.PAGE.read_text()
+    assert report.readme_block(page) == report.block(report.load(), report.engine_report.load()), \
+        "RESULTS.md's results block is stale: run `python -m benchmarks.step06.report --write`"
+    rule = course_report.page_with(report.CHAPTER, report.RULE[0]).read_text()
+    assert course_report.readme_block(rule, *report.RULE) == report.split_rule(report.load()), \
+        "the launch-rule numbers are stale: run `python -m benchmarks.step06.report --write`"
 
 
 def test_every_target_is_stated_with_its_measurement():
@@ -36,7 +37,7 @@ def test_every_target_is_stated_with_its_measurement():
     assert e["identity_fp32"]["all_identical"], "fp32 tokens differ between the engines or the tiers on the GPU"
     block = report.block(res, e)
     missing = [g["goal"] for g in goals if f"| {g['goal']} | {fmt(g['measured'])} |" not in block]
-    assert not missing, f"goals missing from the README: {missing}"
+    assert not missing, f"goals missing from the results page: {missing}"
 
 
 def test_roofline_plot_renders_from_the_json(tmp_path):
