@@ -12,16 +12,28 @@ edition of the whole course. One module per job:
 - trace.py: which tasks' bodies each test runs (the reference instrumented at import time, for the proof);
 - needs.py: the *needs* column of the Exercises tables, written from what the tests run and read back;
 - gradescope.py: that score as Gradescope's results.json;
+- autograder.py: a Gradescope autograder for one chapter (`autograder`: the zip, its setup.sh and run_autograder,
+  with no solution of the chapters it stubs), and what it runs per submission (`run-autograder`: the student's
+  files found in the upload, graded by `check`);
 - release.py: the student edition (`release`): stubs, and no instructor files, sections or reference outputs;
 - leaks.py: the search for solutions that leak into a release, as text, renamed (syntax trees compared) or as
   a formula written out in the lessons' markdown;
-- cli.py: `python -m course homework start|check|release`.
+- cli.py: `python -m course homework start|check|release|autograder|run-autograder`.
 """
 from .cli import main
 from .grading import RULE, check, execute, plan
 from .markers import MarkerError, Region, find_regions, is_stub, make_stub, signatures
-from .tasks import DEFAULT_DEST, CheckError, find_tasks, resolve_chapter, start, stubbed_tasks, task_points
+from .tasks import (
+    DEFAULT_DEST,
+    CheckError,
+    find_tasks,
+    resolve_chapter,
+    start,
+    stubbed_tasks,
+    submission_files,
+    task_points,
+)
 
 __all__ = ["DEFAULT_DEST", "RULE", "CheckError", "MarkerError", "Region", "check", "execute", "find_regions",
-           "find_tasks", "is_stub", "main", "make_stub", "plan", "resolve_chapter", "signatures", "start",
-           "stubbed_tasks", "task_points"]
+    "find_tasks", "is_stub", "main", "make_stub", "plan", "resolve_chapter", "signatures", "start",
+    "stubbed_tasks", "submission_files", "task_points"]

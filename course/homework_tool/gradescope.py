@@ -1,5 +1,12 @@
-"""Gradescope's autograder format: a check's result as its results.json, one test per task."""
+"""Gradescope's autograder format: a check's result as its results.json, one test per task
+(https://gradescope-autograders.readthedocs.io/en/latest/specs/)."""
 from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
 
 from .grading import failed_bodies, unsolved_needs
 
@@ -21,8 +28,29 @@ def gradescope(result: dict) -> dict:
         lines += [bodies] if (bodies := failed_bodies(r)) else []
         lines += failing.get(r["id"], [])[:10] + problems
         tests.append({"name": r["id"], "score": r["points"], "max_score": r["max_points"],
+                      "status": "passed" if r["points"] == r["max_points"] else "failed",
                       "output": "\n".join(lines), "visibility": "visible"})
     summary = [f"{result['chapter']}: {result['score']}/{result['max_score']} points", *result.get("notes", []),
                *problems]
     return {"score": result["score"], "execution_time": result["seconds"] or 0, "output": "\n".join(summary),
             "visibility": "visible", "stdout_visibility": "visible", "tests": tests}
+
+
+def write_json(output: Path, obj: dict) -> None:
+    """`obj` as one line of JSON in the file `output`, written whole or not at all (a temporary file renamed over
+    it), readable as a file the user made."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(obj) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

@@ -51,6 +51,14 @@ def find_tasks(chapter: str, root: Path | None = None) -> dict[str, list[Region]
     return tasks
 
 
+def submission_files(chapter: str, root: Path | None = None) -> list[str]:
+    """The files a student hands in for `chapter`: those of its package that hold a task's markers (the ones
+    `start` stubs), as paths relative to the package folder, in the order of the package's files. `start` prints
+    them and the autograder looks for them in an upload."""
+    files = {r.file for regions in find_tasks(chapter, root).values() for r in regions}
+    return [Path(*f.parts[1:]).as_posix() for f in sorted(files)]
+
+
 def task_points(tasks: dict[str, list[Region]]) -> dict[str, int]:
     """Task id -> what it is worth."""
     return {task: regions[0].points for task, regions in tasks.items()}
