@@ -12,7 +12,7 @@ commands:
   homework start|check <chapter> ...           student copies and per-task grading
   homework release DIR [--chapters ...]        a student edition of the course (no solutions)
   homework autograder <chapter> OUT.zip ...    a Gradescope autograder for one chapter
-  workloads                                    the shared workloads and their token counts
+  workloads [--markdown [--write]]             the shared workloads and their token counts (WORKLOADS.md)
 """
 
 
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     elif command == "homework":
         from .homework_tool import main as run
     elif command == "workloads":
-        from .workloads import main as run
+        from .workloads_page import main as run
     else:
         print(f"unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -12,6 +12,8 @@ A README or a notebook's markdown is read in one of three ways here:
 
 `documents(root)` lists the lessons (the root README, every chapter's README, every notebook's markdown cells) as
 `Document`s, which know how to name a place in them (`file:line`, or a notebook's cell and line).
+The reference pages that every lesson links to, the glossary and the table of workloads (`REFERENCE`), are
+documents too.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ COMMENT = re.compile(r"<!--.*?-->", re.S)
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 LINK = re.compile(r"(!?\[(?:[^\]\[]|\[[^\]]*\])*\])\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = ("GLOSSARY.md", "WORKLOADS.md")  # pages at the root that the lessons link to for their terms
 
 
 def _blank(s: str) -> str:
@@ -142,6 +145,7 @@ def documents(root: Path) -> list[Document]:
     readmes = [root / "README.md"]
     for chapter in sorted(root.glob("step[0-9][0-9]_*/README.md")):
         readmes += [chapter, *sorted(p for p in chapter.parent.glob("*.md") if p != chapter)]
+    readmes += [root / name for name in REFERENCE]
     out = [Document(str(p.relative_to(root)), p.read_text()) for p in readmes if p.is_file()]
     out += [notebook(p, str(p.relative_to(root))) for p in sorted((root / "notebooks").glob("*.ipynb"))]
     return out

@@ -19,11 +19,11 @@ exists to expose one behaviour of a KV cache:
   each sentence on a line, quote one sentence): answers that copy from their prompt, where speculative decoding
   with prompt lookup (chapter 2) drafts what the model is about to write.
 
-`python -m course workloads [NAME ...] [--json]` prints their measured token counts.
+`python -m course workloads` prints their measured token counts (course/workloads_page.py), and WORKLOADS.md holds
+them as a table.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,9 +155,9 @@ _LONG_QUESTIONS = (
 def _long() -> Workload:
     manual = (TEXTS / "long_reference.txt").read_text(encoding="utf-8").strip()
     chats = [chat(q, manual) for q in _LONG_QUESTIONS]
-    return Workload("long", "a 2,074-token reference manual as the system prompt (2,082 tokens shared "
-                    "with the chat template, the size of the Pico-vLLM write-up's 2,083) + 8 questions of 28-41 new "
-                    "tokens; warm TTFT is bounded by total/new tokens", chats)
+    return Workload("long", "a 2,074-token reference manual as the system prompt + 8 questions: every request "
+                    "starts with the same 2,082 tokens (the manual in the chat template's system turn, and the user "
+                    "turn's opening), then 28-41 of its own; warm TTFT is bounded by prompt / computed tokens", chats)
 
 
 # --- shared_prefix: ten requests behind one long shared prefix, run twice ---------------------------------
@@ -320,7 +320,7 @@ def get_workload(name: str) -> Workload:
     return builder()
 
 
-# --- command line ------------------------------------------------------------------------------------------
+# --- measuring ---------------------------------------------------------------------------------------------
 
 def measure(workload: Workload, tokenizer) -> dict:
     """Token statistics of one workload: sizes, the prefix all requests share, and an ideal cache's hit rate."""
@@ -338,35 +338,3 @@ def measure(workload: Workload, tokenizer) -> dict:
         "shared_prefix": shared, "new_min": min(new), "new_max": max(new),
         "ideal_hit_rate": round(reused / total, 3),
     }
-
-
-def main(argv: list[str]) -> int:
-    """`python -m course workloads [NAME ...] [--json]`: a table of measured token counts per workload."""
-    parser = argparse.ArgumentParser(prog="python -m course workloads", description=main.__doc__)
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"workloads to measure (default: all of "
-                        f"{', '.join(WORKLOADS)})")
-    parser.add_argument("--json", action="store_true", help="also print one JSON object on the last line")
-    args = parser.parse_args(argv)
-    names = args.names or list(WORKLOADS)
-    try:
-        workloads = [get_workload(n) for n in names]
-    except ValueError as e:
-        parser.error(str(e))
-
-    from .tokenizer import load_tokenizer
-
-    tokenizer = load_tokenizer()
-    stats = {w.name: measure(w, tokenizer) for w in workloads}
-    header = (f"{'workload':<9} {'requests':>8} {'rounds':>6} {'tok min':>7} {'tok mean':>8} {'tok max':>7} "
-              f"{'shared':>6} {'new min':>7} {'new max':>7} {'ideal hit':>9}")
-    print(header)
-    print("-" * len(header))
-    for name, s in stats.items():
-        print(f"{name:<9} {s['requests']:>8} {s['rounds']:>6} {s['tokens_min']:>7} {s['tokens_mean']:>8} "
-              f"{s['tokens_max']:>7} {s['shared_prefix']:>6} {s['new_min']:>7} {s['new_max']:>7} "
-              f"{s['ideal_hit_rate']:>9.1%}")
-    print("\ntokens: templated prompt with generation prompt; shared: longest prefix common to all requests; "
-          "new: tokens after it;\nideal hit: tokens a perfect token-level prefix cache reuses over all rounds.")
-    if args.json:
-        print(json.dumps({"workloads": stats}))
-    return 0

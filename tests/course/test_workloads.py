@@ -11,10 +11,10 @@ from course.workloads import (
     WORKLOADS,
     Workload,
     get_workload,
-    main,
     reusable_tokens,
     shared_prefix_len,
 )
+from course.workloads_page import main
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

@@ -1124,6 +1124,59 @@ def _notebook_code(path: str) -> str:
     return notebook(REPO_ROOT / path, path, ("code",)).text
 
 
+# ---------------------------------------------------------------- the reference pages: the glossary, the workloads
+
+
+def test_workloads_page():
+    """WORKLOADS.md's prose: the `long` workload's shared prefix, and why its bound differs by chapter."""
+    from statistics import median
+
+    from benchmarks.step06.engine import workload as gpu_workload
+    from course.workloads import TEXTS, shared_prefix_len
+    from step02_paged.config import EngineConfig
+
+    path, B = "WORKLOADS.md", EngineConfig.block_size
+    long, ours = workload("long"), prompts("long")
+    shared = long["shared_prefix"]
+    gpu, _ = gpu_workload("long", S["vocab_size"])
+    gpu_shared = shared_prefix_len(gpu)
+    gpu_own = {len(p) - gpu_shared for p in gpu}
+    assert len(gpu_own) == 1, "the GPU `long` gives every request as many tokens of its own"
+
+    def bound(cached: int, requests: list[list[int]]) -> float:  # as benchmarks/runner.py computes it
+        return round(median(len(p) / (len(p) - cached) for p in requests[1:]), 1)
+
+    blocks = shared // B * B
+    gpu_blocks = gpu_shared // B * B
+    token, block = figures("step04", "long")["speedup_bound"], figures("step03", "long")["speedup_bound"]
+    gpu_bound = _results("step06", "h200_engine")["smollm2_135m"]["long"]["token_bound"]
+    assert (bound(shared, ours), bound(blocks, ours)) == (token, block), "the bounds are not the prefixes' bounds"
+    assert figures("step05", "long")["speedup_bound"] == block
+    assert round(len(gpu[1]) / (len(gpu[1]) - gpu_blocks), 1) == gpu_bound
+    manual = len(_tokenizer().encode((TEXTS / "long_reference.txt").read_text().strip()))
+    says(path, f"## `long`: {shared:,} shared tokens", f"The write-up's shared prompt was {gpu_shared:,} tokens "
+               f"and each question {gpu_own.pop()}", f"Ours is a {manual:,}-token manual",
+         f"**{shared:,} tokens that every request starts with**",
+         f"| chapter 4 | any token: one token per slot | {shared:,} | {token}x |",
+         f"| chapters 3 and 5 | whole {B}-token blocks only: {shared // B} blocks, and the last {shared % B} shared "
+         f"tokens sit in a block that holds the question too | {blocks:,} | {block}x |",
+         f"| chapter 6 on a GPU | whole {B}-token blocks, on the write-up's shape in random token ids "
+         f"({gpu_shared:,} shared + {len(gpu[1]) - gpu_shared} own) | {gpu_blocks:,}, so "
+         f"{len(gpu[1]) - gpu_blocks} tokens computed | {gpu_bound}x |",
+         f"A number of {gpu_shared:,} in a chapter is that shape; the `long` workload itself shares {shared:,}")
+
+
+def test_glossary():
+    import torch
+
+    from step02_paged.config import EngineConfig
+
+    path = "GLOSSARY.md"
+    says(path, f"SmolLM2-135M has {S['num_heads']} query heads and {S['num_kv_heads']} key/value heads",
+         f"{EngineConfig.block_size} in chapters 2, 3, 5 and 6",
+         f"as {torch.finfo(torch.float8_e4m3fn).bits}-bit floats")
+
+
 # ---------------------------------------------------------------- the audit: keep it last
 
 
