@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -109,6 +110,32 @@ def test_start_prints_the_files_to_hand_in(course: Path, tmp_path: Path, capsys)
     assert hw.submission_files("step91", course) == ["mathy.py"]
     assert "Hand in these files of" in (out := capsys.readouterr().out) and out.rstrip().endswith(": mathy.py")
     assert hw.submission_files("step02") == sorted({r.file.name for rs in hw.find_tasks("step02").values() for r in rs})
+
+
+def test_with_earlier_chapters_stubbed_their_files_come_from_the_upload(course: Path, tmp_path: Path):
+    """Chapter 92 graded, chapter 91 (which it builds on) shipped as stubs: the upload's step91_fake/mathy.py is
+    used, and without it the task fails on chapter 91's stub and says so."""
+    source = _unzip(ag.build("step92", tmp_path / "ag.zip", "stubs", root=course), tmp_path / "root" / "source")
+    submission = tmp_path / "root" / "submission"
+    (submission / "step91_fake").mkdir(parents=True)
+    (submission / "__init__.py").write_bytes((course / "step92_uses" / "__init__.py").read_bytes())
+    results, ran = ag.grade(tmp_path / "root")
+    assert ran and results["score"] == 0 and "needs task91.add (unsolved)" in results["tests"][0]["output"]
+    assert "step91_fake/mathy.py not uploaded" in results["output"]
+    (submission / "step91_fake" / "mathy.py").write_bytes((course / "step91_fake" / "mathy.py").read_bytes())
+    results, _ = ag.grade(tmp_path / "root")
+    assert results["score"] == 1 and "step91_fake/mathy.py used" in results["output"], results["output"]
+    assert json.loads((tmp_path / "root" / "results" / "results.json").read_text()) == results
+    assert hw.stubbed_tasks("step91", source) == {"task91.add", "task91.triangle"}  # the course's own: untouched
+
+
+@pytest.mark.parametrize("chapter", chapters())
+def test_the_exercises_link_the_files_start_prints(chapter: str):
+    """The *write* column of a chapter's tasks table links the files a student hands in, as `start` lists them."""
+    readme = (REPO_ROOT / chapter / "README.md").read_text()
+    rows = re.findall(r"^\| `task\d+\.[\w\-]+` \|.*$", readme, re.M)
+    linked = {target for row in rows for target in re.findall(r"\]\(([\w/]+\.py)\)", row)}
+    assert linked == set(hw.submission_files(chapter)), f"{chapter}/README.md's tasks table"
 
 
 # ---------------------------------------------------------------- finding the files in an upload
