@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from step02_paged.config import EngineConfig
 from step02_paged.sequence import Sequence
+
+from .speculative_config import SpeculativeConfig
 
 
 @dataclass
@@ -39,8 +40,8 @@ class NgramProposer:
     _index: dict[int, _Index] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> NgramProposer:
-        """The proposer an engine with this config uses (the config checked its n-gram sizes)."""
+    def from_config(cls, config: SpeculativeConfig) -> NgramProposer:
+        """The proposer a speculative engine with this config uses (the config checked its n-gram sizes)."""
         return cls(config.prompt_lookup_min, config.prompt_lookup_max)
 
     def propose(self, seq: Sequence, max_tokens: int) -> list[int]:

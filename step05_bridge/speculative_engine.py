@@ -43,6 +43,7 @@ from step02_paged.scheduler import Policy
 from step02_paged.sequence import Sequence, SequenceStatus
 
 from .ngram_proposer import NgramProposer
+from .speculative_config import SpeculativeConfig
 from .verify import cut_drafts, verify
 
 
@@ -60,21 +61,22 @@ class SpeculativeStats(EngineStats):
 
 
 class SpeculativeEngine(Engine):
-    """Chapter 2's engine with a proposer: `config.num_speculative_tokens` = k > 0 guesses verified per decode step.
-    The proposer is prompt lookup (`NgramProposer`) unless another object with `propose`, `drop` and `tracked` is
-    given."""
+    """Chapter 2's engine with a proposer: `speculative.num_speculative_tokens` = k guesses verified per decode
+    step. The proposer is prompt lookup (`NgramProposer`) unless another object with `propose`, `drop` and `tracked`
+    is given."""
 
     def __init__(self, model: Transformer, config: EngineConfig,
                  manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,
                  attention: AttentionBackend = PagedAttention, policy: Policy | None = None,
                  runner: Callable[[Transformer, AttentionBackend, KVPool], ModelRunner] = ModelRunner,
                  proposer: NgramProposer | None = None,
-                 pool: Callable[[ModelConfig, PoolGeometry, torch.dtype, torch.device], KVPool] = KVPool) -> None:
-        if not config.num_speculative_tokens:
-            raise ValueError("a SpeculativeEngine verifies guesses: set EngineConfig(num_speculative_tokens=k) with "
-                             "k > 0, or use chapter 2's Engine")
+                 pool: Callable[[ModelConfig, PoolGeometry, torch.dtype, torch.device], KVPool] = KVPool, *,
+                 speculative: SpeculativeConfig) -> None:
+        if not isinstance(speculative, SpeculativeConfig):
+            raise TypeError(f"speculative must be a SpeculativeConfig(num_speculative_tokens=k), got {speculative!r}")
         super().__init__(model, config, manager, attention, policy, runner, pool)
-        self.proposer = proposer or NgramProposer.from_config(config)
+        self.speculative = speculative
+        self.proposer = proposer or NgramProposer.from_config(speculative)
         self.stats = SpeculativeStats()
 
     @torch.inference_mode()
@@ -126,7 +128,8 @@ class SpeculativeEngine(Engine):
         for seq in seqs:
             if seq.is_finished or seq.status is not SequenceStatus.RUNNING:
                 continue
-            room = min(self.config.num_speculative_tokens, seq.params.max_new_tokens - len(seq.output_ids) - 1, spare)
+            k = self.speculative.num_speculative_tokens
+            room = min(k, seq.params.max_new_tokens - len(seq.output_ids) - 1, spare)
             seq.spec_token_ids = self.proposer.propose(seq, room)
             spare -= len(seq.spec_token_ids)
 
@@ -137,6 +140,7 @@ class SpeculativeEngine(Engine):
     def check_invariants(self) -> None:
         """Chapter 2's, no sequence with more than k guesses, and no index of a retired request."""
         super().check_invariants()
+        k = self.speculative.num_speculative_tokens
         for s in self.seqs.values():
-            assert len(s.spec_token_ids) <= self.config.num_speculative_tokens, f"sequence {s.seq_id}: too many drafts"
+            assert len(s.spec_token_ids) <= k, f"sequence {s.seq_id}: too many drafts"
         assert self.proposer.tracked() <= set(self.seqs), "the proposer keeps an index of a retired request"

@@ -17,13 +17,12 @@ from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step04_radix import RadixKVCacheManager
 from step04_radix.policy import make_policy
-from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager
-from step05_bridge.speculative_engine import SpeculativeEngine
+from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager, SpeculativeConfig, SpeculativeEngine
 
 from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
 from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
 from .fp8_pool import KVScales, kv_pool
-from .overlap import OverlapEngine
+from .overlap import OverlapEngine, check_no_speculation
 from .triton_attention import TritonPagedAttention
 
 BACKENDS = {"torch": PagedAttention, "triton": TritonPagedAttention}
@@ -40,13 +39,14 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
                 cuda_graphs: bool = False, fuse: bool = False, overlap: bool = False, cascade: bool = False,
                 host_blocks: int = 0, policy: str = "fcfs", cascade_min_tokens: int = MIN_TOKENS,
                 cascade_min_seqs: int = MIN_SEQS, kv_cache_dtype: str = "auto", kv_scales: KVScales | None = None,
-                **config) -> Engine:
+                num_speculative_tokens: int = 0, **config) -> Engine:
     """Chapter 2's engine (`overlap`: chapter 6's `OverlapEngine`) with chapter `prefix_cache`'s manager, `config`
     (EngineConfig's fields), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU;
     `cascade`: decode steps read each prefix shared by `cascade_min_seqs` rows or more, `cascade_min_tokens` long
     or more, once (Triton only); `host_blocks` > 0 puts chapter 5's host tier under the bridge; `policy` orders
     the waiting queue (chapter 4's `fcfs`, `lpm` or `dfs-weight`); `kv_cache_dtype` ("auto" or "fp8_e4m3") and
-    `kv_scales` choose the pool (fp8_pool.py). Every option is checked before anything is built."""
+    `kv_scales` choose the pool (fp8_pool.py); `num_speculative_tokens` > 0 verifies that many prompt-lookup guesses
+    per decode step (chapter 5's `SpeculativeEngine`). Every option is checked before anything is built."""
     if attention_backend not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {sorted(BACKENDS)}, got {attention_backend!r}")
     if prefix_cache not in PREFIX_CACHES:
@@ -62,7 +62,10 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         raise ValueError("fuse applies to the captured decode step: use cuda_graphs=True")
     if host_blocks and prefix_cache != "bridge":
         raise ValueError("the host tier is chapter 5's: use prefix_cache='bridge' with host_blocks")
-    if cascade and config.get("num_speculative_tokens"):
+    speculative = SpeculativeConfig(num_speculative_tokens) if num_speculative_tokens else None
+    if speculative and overlap:
+        check_no_speculation(num_speculative_tokens)
+    if cascade and speculative:
         raise ValueError("cascade attention with speculative decoding is not built: a verify step's rows read the "
                          "shared prefix at several positions; use cascade=False or num_speculative_tokens=0")
     pool = kv_pool(kv_cache_dtype, kv_scales)  # a ValueError names the dtypes
@@ -75,8 +78,8 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     if cascade:
         engine = (CascadeOverlapEngine if overlap else CascadeEngine)(
             *args, cascade_min_tokens=cascade_min_tokens, cascade_min_seqs=cascade_min_seqs, pool=pool)
-    elif engine_config.num_speculative_tokens and not overlap:
-        engine = SpeculativeEngine(*args, pool=pool)
+    elif speculative:
+        engine = SpeculativeEngine(*args, pool=pool, speculative=speculative)
     else:
         engine = (OverlapEngine if overlap else Engine)(*args, pool=pool)
     if cuda_graphs:

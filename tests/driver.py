@@ -7,12 +7,14 @@ import random
 from step01_kvcache.generate import SamplingParams, generate
 
 
-def engine_for(model, config, *args, **kwargs):
-    """Chapter 2's engine, or chapter 5's SpeculativeEngine when `config` asks for guesses."""
+def engine_for(model, config, *args, num_speculative_tokens: int = 0, **kwargs):
+    """Chapter 2's engine, or chapter 5's SpeculativeEngine verifying `num_speculative_tokens` guesses a step."""
     from step02_paged import Engine
-    from step05_bridge.speculative_engine import SpeculativeEngine
+    from step05_bridge import SpeculativeConfig, SpeculativeEngine
 
-    return (SpeculativeEngine if config.num_speculative_tokens else Engine)(model, config, *args, **kwargs)
+    if not num_speculative_tokens:
+        return Engine(model, config, *args, **kwargs)
+    return SpeculativeEngine(model, config, *args, speculative=SpeculativeConfig(num_speculative_tokens), **kwargs)
 
 
 def drive_to_end(engine, prompts=(), params: SamplingParams | list[SamplingParams] = SamplingParams(),
@@ -121,7 +123,7 @@ class ScriptedProposer:
 
 
 def speculative_engine(engine, answer, good: int = 2, bad: int = 1):
-    """`engine` (built with num_speculative_tokens > 0) with a ScriptedProposer instead of prompt lookup."""
+    """`engine` (a SpeculativeEngine) with a ScriptedProposer instead of prompt lookup."""
     engine.proposer = ScriptedProposer(answer, engine.model.config.vocab_size, good, bad)
     return engine
 
@@ -145,7 +147,7 @@ def assert_caches_only_verified_tokens(kv, verified: list[list[int]]) -> None:
 
 def speculation_reuses_only_verified(engine, answer, prompts: list[list[int]], new_tokens: int,
                                      roomy: bool = True) -> None:
-    """A prefix cache under speculative decoding: `engine` (num_speculative_tokens > 0) answers `prompts` with drafts
+    """A prefix cache under speculative decoding: `engine` (a SpeculativeEngine) answers `prompts` with drafts
     that are mostly wrong (rollbacks everywhere, across block boundaries too), equal to `answer`'s; what the cache
     then holds names verified tokens only; and requests that continue those answers reuse what the first ones
     computed, decode blocks included (when the pool is `roomy` enough to keep them), and still get `answer`'s

@@ -6,9 +6,9 @@ speculatively: its engine has `num_speculative_tokens` = 3 and a scripted propos
 makes right or wrong (so rollbacks land anywhere, across block boundaries, before preemptions and aborts); a run
 with k = 0 runs chapter 2's plain step. An engine that refuses speculation (the overlapped one) sets (0,).
 
-A chapter subclasses `EngineMachine` and builds its engine in `make_engine`, passing `self.speculation` to its
-`EngineConfig` (`start` checks that it did); what a drained engine may still hold (chapter 2: nothing; a prefix
-cache: unlocked cached blocks) is the engine's own `check_invariants()`.
+A chapter subclasses `EngineMachine` and builds its engine in `make_engine`, passing `self.speculation` to
+`tests.driver.engine_for` (`start` checks that it did); what a drained engine may still hold (chapter 2: nothing; a
+prefix cache: unlocked cached blocks) is the engine's own `check_invariants()`.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class EngineMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.engine = None
-        self.speculation: dict[str, int] = {}  # EngineConfig fields: speculative decoding on or off
+        self.speculation: dict[str, int] = {}  # engine_for's num_speculative_tokens: speculative decoding on or off
         self.live: dict[int, tuple[tuple[int, ...], int]] = {}  # seq_id -> (prompt, max_new_tokens)
 
     def make_engine(self):
@@ -45,8 +45,9 @@ class EngineMachine(RuleBasedStateMachine):
         k = data.draw(st.sampled_from(self.speculative_ks), label="k")
         self.speculation = {"num_speculative_tokens": k} if k else {}
         self.engine = self.make_engine()
-        assert self.engine.config.num_speculative_tokens == k, "make_engine must pass **self.speculation"
-        if self.engine.config.num_speculative_tokens:  # drafts start empty: `speculate` says how many are right
+        spec = getattr(self.engine, "speculative", None)
+        assert (spec.num_speculative_tokens if spec else 0) == k, "make_engine must pass **self.speculation"
+        if k:  # drafts start empty: `speculate` says how many are right
             speculative_engine(self.engine, expected, good=0, bad=0)
 
     def check_output(self, out, prompt: tuple[int, ...]) -> None:

@@ -38,7 +38,7 @@ from step02_paged.forward_batch import ForwardBatch
 from step02_paged.model_runner import ModelRunner
 from step02_paged.paged_attention import PagedAttention
 from step04_radix.policy import POLICIES, make_policy
-from step05_bridge import BridgeKVCacheManager
+from step05_bridge import BridgeKVCacheManager, SpeculativeConfig
 from step05_bridge.host_pool import HostPool
 from step05_bridge.speculative_engine import SpeculativeEngine
 from step06_triton.engine import PREFIX_CACHES
@@ -148,13 +148,14 @@ class Combo:
         tier loading back any prefix of a block or more. Raises ValueError for a combination the engine refuses."""
         block = 1 if self.design == "radix" else rng.choice((2, 4, 8))
         config = EngineConfig(num_blocks=POOL_TOKENS // block, block_size=block, max_num_seqs=rng.randint(3, 6),
-                              max_num_batched_tokens=rng.choice((16, 24, 48)),
-                              num_speculative_tokens=4 if self.speculative else 0)
+                              max_num_batched_tokens=rng.choice((16, 24, 48)))
         manager = functools.partial(BridgeKVCacheManager, host_blocks=self.host_blocks, min_load_tokens=block) \
             if self.host_blocks else PREFIX_CACHES[self.design]
         runner = functools.partial(FaultyRunner, rng=rng, rate=fault_rate)
-        engine = OverlapEngine if self.overlap else SpeculativeEngine if self.speculative else Engine
-        return engine(MODEL, config, manager, PagedAttention, make_policy(self.policy), runner)
+        args = (MODEL, config, manager, PagedAttention, make_policy(self.policy), runner)
+        if self.speculative:
+            return SpeculativeEngine(*args, speculative=SpeculativeConfig(num_speculative_tokens=4))
+        return (OverlapEngine if self.overlap else Engine)(*args)
 
 
 def combos() -> list[Combo]:

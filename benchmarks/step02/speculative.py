@@ -26,9 +26,10 @@ from step02_paged.config import EngineConfig
 from step02_paged.engine import Engine
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.geometry import cdiv
-from step05_bridge.ngram_proposer import NgramProposer
 from step02_paged.paged_attention import PagedAttention
 from step02_paged.sequence import Sequence
+from step05_bridge.ngram_proposer import NgramProposer
+from step05_bridge.speculative_config import SpeculativeConfig
 from step05_bridge.speculative_engine import SpeculativeEngine, SpeculativeStats
 
 WORKLOADS = ("edit", "short", "batch")
@@ -64,12 +65,13 @@ def run_clocked(engine: Engine, prompts: list[list[int]], params: SamplingParams
     return dict(outputs=[done[i].output_ids for i in ids], tokens=tokens, seq_steps=seq_steps, seconds=seconds)
 
 
-def run_workload(model, cfg: EngineConfig, prompts: list[list[int]], params: SamplingParams, batch: int,
-                 drafts: bool = True) -> dict:
-    """`prompts` through a fresh engine, `batch` at a time, in order; the decode clocks summed. `drafts=False`
-    keeps speculation on (if `cfg` asks for it) with a proposer that never drafts."""
-    if cfg.num_speculative_tokens:
-        engine = SpeculativeEngine(model, cfg, proposer=None if drafts else NoDrafts.from_config(cfg))
+def run_workload(model, cfg: EngineConfig, spec: SpeculativeConfig | None, prompts: list[list[int]],
+                 params: SamplingParams, batch: int, drafts: bool = True) -> dict:
+    """`prompts` through a fresh engine (speculative with `spec`), `batch` at a time, in order; the decode clocks
+    summed. `drafts=False` keeps speculation on with a proposer that never drafts."""
+    if spec:
+        engine = SpeculativeEngine(model, cfg, proposer=None if drafts else NoDrafts.from_config(spec),
+                                   speculative=spec)
     else:
         engine = Engine(model, cfg)
     runs = [run_clocked(engine, prompts[i: i + batch], params) for i in range(0, len(prompts), batch)]
@@ -93,19 +95,19 @@ def spec_bench(model, tokenizer, k: int = 4, batches: tuple[int, ...] = (1, 8), 
     from course.workloads import get_workload
 
     params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=stop_ids(tokenizer))
+    spec = SpeculativeConfig(k)
     rows = []
     plan = [(w, b) for w in workloads for b in batches]
     for name, batch in progress(plan, "workload x batch"):
         prompts = get_workload(name).prompts(tokenizer)
-        configs = {on: EngineConfig(num_blocks=1024, block_size=16, max_num_seqs=batch, max_num_batched_tokens=512,
-                                    num_speculative_tokens=k if on else 0) for on in (False, True)}
-        runs = {"plain": (configs[False], True), "spec": (configs[True], True)}
+        cfg = EngineConfig(num_blocks=1024, block_size=16, max_num_seqs=batch, max_num_batched_tokens=512)
+        runs = {"plain": (None, True), "spec": (spec, True)}
         if name == CONTROL:
-            runs["nothing"] = (configs[True], False)
+            runs["nothing"] = (spec, False)
         best: dict[str, dict] = {}
         for _ in range(repeats):
-            for key, (cfg, drafts) in runs.items():
-                run = run_workload(model, cfg, prompts, params, batch, drafts)
+            for key, (on, drafts) in runs.items():
+                run = run_workload(model, cfg, on, prompts, params, batch, drafts)
                 if key not in best or run["seconds"] < best[key]["seconds"]:
                     best[key] = run
         off, on = best["plain"], best["spec"]
@@ -127,7 +129,7 @@ def spec_bench(model, tokenizer, k: int = 4, batches: tuple[int, ...] = (1, 8), 
     control = [r for r in rows if "nothing_proposed_speedup" in r]
     worst = min(control, key=lambda r: r["nothing_proposed_speedup"]) if control else None
     return dict(chapter="step02", workload="speculative", num_speculative_tokens=k, max_new_tokens=max_new_tokens,
-                repeats=repeats, prompt_lookup=[EngineConfig.prompt_lookup_min, EngineConfig.prompt_lookup_max],
+                repeats=repeats, prompt_lookup=[spec.prompt_lookup_min, spec.prompt_lookup_max],
                 rows=rows,
                 nothing_proposed=worst and dict(workload=worst["workload"], batch=worst["batch"],
                                                 speedup=worst["nothing_proposed_speedup"]),

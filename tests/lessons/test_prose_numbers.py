@@ -311,11 +311,11 @@ def test_step02_speculative():
     """The speculative decoding section: the engine's defaults, the report's targets, the rollback figure as
     `pictures.py` draws it, and chapter 6's verify step on the H200 (results/h200_speculative.json)."""
     from benchmarks.step02 import report
-    from step02_paged.config import EngineConfig
+    from step05_bridge import SpeculativeConfig
     from step05_bridge.pictures import rollback_figure
 
     path = "step02_paged/README.md"
-    default = EngineConfig()
+    default = SpeculativeConfig(1)
     says(path,
          f"`prompt_lookup_min` and `prompt_lookup_max` ({default.prompt_lookup_min} and {default.prompt_lookup_max})")
     says(path, f"at least {report.SPEC_TARGET}x the decode tokens/s of plain decoding",

@@ -11,8 +11,8 @@ from tests.machines import MODEL, EngineMachine
 
 class PagedEngineMachine(EngineMachine):
     def make_engine(self):
-        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
-                                          **self.speculation))
+        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10),
+                          **self.speculation)
 
 
 TestPagedEngineMachine = PagedEngineMachine.TestCase

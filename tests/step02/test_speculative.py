@@ -13,13 +13,19 @@ from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.tiny import tiny_model
 from step02_paged import EngineConfig, KVCacheManager
 from step02_paged.geometry import PoolGeometry
-from step05_bridge.ngram_proposer import NgramProposer
 from step02_paged.sequence import Sequence
-from step05_bridge.speculative_engine import SpeculativeEngine
+from step05_bridge import SpeculativeConfig, SpeculativeEngine
+from step05_bridge.ngram_proposer import NgramProposer
 from tests.driver import drive_to_end, oracle, speculative_engine
 
 MODEL = tiny_model(seed=11)
 answer = oracle(MODEL)
+
+
+def small(k: int, num_blocks: int = 64, **lookup) -> SpeculativeEngine:
+    """A speculative engine over a pool of 4-token blocks, verifying k guesses a step."""
+    return SpeculativeEngine(MODEL, EngineConfig(num_blocks=num_blocks, block_size=4),
+                             speculative=SpeculativeConfig(k, **lookup))
 
 
 def prompts(n: int, seed: int, hi: int = 40) -> list[list[int]]:
@@ -73,15 +79,18 @@ def test_the_index_answers_what_a_scan_of_the_whole_sequence_answers(tokens, cut
 
 
 def test_bad_speculation_settings_are_refused():
-    for bad in (-1, 1.5, True, "2"):
+    for bad in (-1, 0, 1.5, True, "2"):
         with pytest.raises(ValueError, match="num_speculative_tokens"):
-            EngineConfig(num_speculative_tokens=bad)
+            SpeculativeConfig(num_speculative_tokens=bad)
     with pytest.raises(ValueError, match="prompt_lookup_min"):
-        EngineConfig(num_speculative_tokens=2, prompt_lookup_min=0)
+        SpeculativeConfig(num_speculative_tokens=2, prompt_lookup_min=0)
     with pytest.raises(ValueError, match="prompt_lookup_max"):
-        EngineConfig(num_speculative_tokens=2, prompt_lookup_min=3, prompt_lookup_max=2)
-    with pytest.raises(ValueError, match="num_speculative_tokens"):
-        SpeculativeEngine(MODEL, EngineConfig())
+        SpeculativeConfig(num_speculative_tokens=2, prompt_lookup_min=3, prompt_lookup_max=2)
+    with pytest.raises(TypeError, match="SpeculativeConfig"):
+        SpeculativeEngine(MODEL, EngineConfig(), speculative=2)
+    with pytest.raises(TypeError, match="speculative"):
+        SpeculativeEngine(MODEL, EngineConfig())  # no default: a speculative engine is asked for its guesses
+    assert not hasattr(EngineConfig(), "num_speculative_tokens"), "chapter 2's config knows nothing of guesses"
 
 
 # ---------------------------------------------------------------- the rollback
@@ -154,9 +163,8 @@ def test_speculation_keeps_greedy_answers(block_size, chunked, good, bad):
     ps = prompts(5, seed=2) + [[7], [3, 3, 3, 3]]
     params = SamplingParams(max_new_tokens=12)
     cfg = EngineConfig(num_blocks=1024 // block_size, block_size=block_size, max_num_seqs=4,
-                       max_num_batched_tokens=24 if chunked else 64, enable_chunked_prefill=chunked,
-                       num_speculative_tokens=5)
-    engine = speculative_engine(SpeculativeEngine(MODEL, cfg), answer, good, bad)
+                       max_num_batched_tokens=24 if chunked else 64, enable_chunked_prefill=chunked)
+    engine = speculative_engine(SpeculativeEngine(MODEL, cfg, speculative=SpeculativeConfig(5)), answer, good, bad)
     outs = drive_to_end(engine, ps, params)
     assert [o.output_ids for o in outs] == [answer(tuple(p), 12) for p in ps]
     s = engine.stats
@@ -175,17 +183,15 @@ def test_speculation_under_preemption_keeps_greedy_answers(block_size):
     """A pool too small for the batch: sequences are preempted with drafts (dropped, recomputed later)."""
     ps = prompts(6, seed=3, hi=30)
     need = max(-(-(len(p) + 12) // block_size) for p in ps)
-    cfg = EngineConfig(num_blocks=need + 2, block_size=block_size, max_num_seqs=6, max_num_batched_tokens=40,
-                       num_speculative_tokens=4)
-    engine = speculative_engine(SpeculativeEngine(MODEL, cfg), answer, good=1, bad=2)
+    cfg = EngineConfig(num_blocks=need + 2, block_size=block_size, max_num_seqs=6, max_num_batched_tokens=40)
+    engine = speculative_engine(SpeculativeEngine(MODEL, cfg, speculative=SpeculativeConfig(4)), answer, good=1, bad=2)
     outs = drive_to_end(engine, ps, SamplingParams(max_new_tokens=12))
     assert [o.output_ids for o in outs] == [answer(tuple(p), 12) for p in ps]
     assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to be too small for the batch"
 
 
 def test_an_abort_with_drafts_frees_everything():
-    engine = speculative_engine(SpeculativeEngine(MODEL, EngineConfig(num_blocks=16, block_size=4,
-                                                                num_speculative_tokens=3)),
+    engine = speculative_engine(small(3, num_blocks=16),
                                 answer, good=1, bad=2)
     sid = engine.add_request(list(range(9)), SamplingParams(max_new_tokens=10))
     engine.step()
@@ -201,8 +207,7 @@ def test_seeded_sampling_keeps_its_answers():
     ps = prompts(4, seed=5, hi=30)
     params = [SamplingParams(max_new_tokens=10, temperature=0.8, top_p=0.9, seed=i) for i in range(4)]
     sampled = {tuple(p): generate(MODEL, p, sp) for p, sp in zip(ps, params)}
-    engine = speculative_engine(SpeculativeEngine(MODEL, EngineConfig(num_blocks=64, block_size=4,
-                                                                num_speculative_tokens=3)),
+    engine = speculative_engine(small(3),
                                 lambda prompt, new: sampled[prompt], good=2, bad=1)
     outs = engine.generate(ps, params)
     assert [o.output_ids for o in outs] == list(sampled.values())
@@ -214,8 +219,7 @@ def test_prompt_lookup_on_a_repetitive_answer():
     """The real proposer, end to end: a prompt that repeats itself gets drafts, and the answer does not change."""
     ps = [[5, 6, 7, 8] * 8, [1, 2, 3] * 9 + [4]]
     params = SamplingParams(max_new_tokens=16)
-    engine = SpeculativeEngine(MODEL, EngineConfig(num_blocks=64, block_size=4, num_speculative_tokens=4,
-                                                   prompt_lookup_min=1))
+    engine = small(4, prompt_lookup_min=1)
     outs = drive_to_end(engine, ps, params)
     assert [o.output_ids for o in outs] == [answer(tuple(p), 16) for p in ps]
     assert engine.stats.draft_tokens > 0
@@ -227,8 +231,7 @@ def test_stop_tokens_end_a_verify_step():
     full = answer(tuple(p), 12)
     stop = full[4]
     expected = generate(MODEL, p, SamplingParams(max_new_tokens=12, stop_token_ids=(stop,)))
-    engine = speculative_engine(SpeculativeEngine(MODEL, EngineConfig(num_blocks=64, block_size=4,
-                                                                num_speculative_tokens=6)),
+    engine = speculative_engine(small(6),
                                 answer, good=6, bad=0)
     out = drive_to_end(engine, [p], SamplingParams(max_new_tokens=12, stop_token_ids=(stop,)))[0]
     assert out.output_ids == expected and out.output_ids[-1] == stop
@@ -243,7 +246,7 @@ def test_real_model_copies_with_speculation(real_model, tokenizer):
             "the cottage until the end of the summer.")
     ids = chat_ids(tokenizer, f"Repeat this sentence exactly:\n\n{text}")
     params = SamplingParams(max_new_tokens=24)
-    engine = SpeculativeEngine(real_model, EngineConfig(num_blocks=64, block_size=16, num_speculative_tokens=4))
+    engine = SpeculativeEngine(real_model, EngineConfig(num_blocks=64, block_size=16), speculative=SpeculativeConfig(4))
     out = engine.generate([ids], params)[0]
     assert out.output_ids == generate(real_model, ids, params)
     assert engine.stats.acceptance_rate > 0.5 and engine.stats.steps < 16

@@ -56,8 +56,9 @@ def shared_prefix_prompts(n: int, seed: int, block_size: int = 4, vocab: int = 2
     return prompts
 
 
-def cached_engine(model, **config) -> Engine:
+def cached_engine(model, num_speculative_tokens: int = 0, **config) -> Engine:
     """Chapter 2's engine with this chapter's cache manager (chapter 5's SpeculativeEngine when it asks for guesses)."""
     from tests.driver import engine_for
 
-    return engine_for(model, EngineConfig(**config), PrefixCachingKVCacheManager)
+    return engine_for(model, EngineConfig(**config), PrefixCachingKVCacheManager,
+                      num_speculative_tokens=num_speculative_tokens)

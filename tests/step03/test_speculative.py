@@ -7,7 +7,7 @@ import pytest
 from step01_kvcache.tiny import tiny_model
 from step02_paged import EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
-from step05_bridge.speculative_engine import SpeculativeEngine
+from step05_bridge import SpeculativeConfig, SpeculativeEngine
 from tests.driver import oracle, speculation_reuses_only_verified
 
 from .helpers import shared_prefix_prompts
@@ -20,10 +20,9 @@ answer = oracle(MODEL)
 def test_speculation_publishes_only_verified_blocks(block_size, num_blocks):
     """A tight pool adds preemptions and evictions under the drafts."""
     prompts = shared_prefix_prompts(6, seed=3, block_size=block_size)
-    cfg = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4, max_num_batched_tokens=24,
-                       num_speculative_tokens=4)
-    speculation_reuses_only_verified(SpeculativeEngine(MODEL, cfg, PrefixCachingKVCacheManager), answer, prompts, 10,
-                                     roomy=num_blocks >= 256)
+    cfg = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4, max_num_batched_tokens=24)
+    engine = SpeculativeEngine(MODEL, cfg, PrefixCachingKVCacheManager, speculative=SpeculativeConfig(4))
+    speculation_reuses_only_verified(engine, answer, prompts, 10, roomy=num_blocks >= 256)
 
 
 def test_a_block_waits_until_the_token_in_its_last_slot_is_computed():

@@ -18,9 +18,8 @@ from tests.machines import MODEL, EngineMachine
 
 class RadixEngineMachine(EngineMachine):
     def make_engine(self):
-        return engine_for(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
-                                          **self.speculation),
-                      RadixKVCacheManager)
+        return engine_for(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10),
+                      RadixKVCacheManager, **self.speculation)
 
 
 TestRadixEngineMachine = RadixEngineMachine.TestCase
@@ -36,9 +35,8 @@ class LPMRadixEngineMachine(EngineMachine):
         return LongestPrefixMatch(max_overtakes=self.BOUND, fcfs_above=4)
 
     def make_engine(self):
-        return engine_for(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10,
-                                          **self.speculation),
-                      RadixKVCacheManager, policy=self.policy())
+        return engine_for(MODEL, EngineConfig(num_blocks=48, block_size=1, max_num_seqs=3, max_num_batched_tokens=10),
+                      RadixKVCacheManager, policy=self.policy(), **self.speculation)
 
     @invariant()
     def overtaking_is_bounded(self):
@@ -52,9 +50,8 @@ class DFSRadixEngineMachine(LPMRadixEngineMachine):
 
 class LPMHashEngineMachine(LPMRadixEngineMachine):
     def make_engine(self):
-        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
-                                          **self.speculation),
-                      PrefixCachingKVCacheManager, policy=self.policy())
+        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10),
+                      PrefixCachingKVCacheManager, policy=self.policy(), **self.speculation)
 
 
 POLICY_SETTINGS = settings(max_examples=25, stateful_step_count=40, deadline=None)

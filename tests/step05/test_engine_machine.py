@@ -21,7 +21,7 @@ class BridgeEngineMachine(EngineMachine):
 
     def make_engine(self):
         return engine_for(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
-                                          max_num_batched_tokens=10, **self.speculation), BridgeKVCacheManager)
+                                          max_num_batched_tokens=10), BridgeKVCacheManager, **self.speculation)
 
     def check_output(self, out, prompt):
         assert out.num_cached_tokens % self.block_size == 0, "hits are whole blocks"
@@ -38,8 +38,8 @@ class TieredBridgeMachine(BridgeEngineMachine):
     def make_engine(self):
         manager = functools.partial(BridgeKVCacheManager, host_blocks=10, min_load_tokens=self.block_size)
         return engine_for(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
-                                          max_num_batched_tokens=10, **self.speculation), manager,
-                      policy=LongestPrefixMatch())
+                                          max_num_batched_tokens=10), manager,
+                      policy=LongestPrefixMatch(), **self.speculation)
 
 
 TestBridgeEngineMachine = BridgeEngineMachine.TestCase

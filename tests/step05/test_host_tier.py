@@ -167,8 +167,8 @@ class TieredBridgeMachine(EngineMachine):
 
     def make_engine(self):
         manager = functools.partial(BridgeKVCacheManager, host_blocks=10, min_load_tokens=4)
-        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10,
-                                          **self.speculation), manager)
+        return engine_for(MODEL, EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10),
+                          manager, **self.speculation)
 
 
 TestTieredBridgeMachine = TieredBridgeMachine.TestCase

@@ -20,8 +20,7 @@ from step02_paged.forward_batch import ForwardBatch
 from step02_paged.model_runner import ModelRunner
 from step02_paged.paged_attention import PagedAttention
 from step03_prefix_hash import PrefixCachingKVCacheManager
-from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager
-from step05_bridge.speculative_engine import SpeculativeEngine
+from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager, SpeculativeConfig, SpeculativeEngine
 from tests.driver import (
     drive_to_end,
     engine_for,
@@ -106,11 +105,11 @@ def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, refe
 
 @pytest.mark.parametrize("block_size,num_blocks", [(4, 256), (3, 40), (4, 24)], ids=["roomy", "odd", "tight"])
 def test_speculation_inserts_only_verified_blocks(block_size, num_blocks):
-    cfg = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4, max_num_batched_tokens=24,
-                       num_speculative_tokens=4)
+    cfg = EngineConfig(num_blocks=num_blocks, block_size=block_size, max_num_seqs=4, max_num_batched_tokens=24)
     spec_model = tiny_model(seed=11)
-    speculation_reuses_only_verified(SpeculativeEngine(spec_model, cfg, OffsetKVCacheManager), oracle(spec_model),
-                                     shared_prompts(6, seed=5), 10, roomy=num_blocks >= 256)
+    engine = SpeculativeEngine(spec_model, cfg, OffsetKVCacheManager, speculative=SpeculativeConfig(4))
+    speculation_reuses_only_verified(engine, oracle(spec_model), shared_prompts(6, seed=5), 10,
+                                     roomy=num_blocks >= 256)
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
@@ -163,8 +162,8 @@ class OffsetEngineMachine(BridgeEngineMachine):
 
     def make_engine(self):
         return engine_for(MODEL, EngineConfig(num_blocks=self.num_blocks, block_size=self.block_size, max_num_seqs=3,
-                                          max_num_batched_tokens=10, **self.speculation), OffsetKVCacheManager,
-                      PagedAttention, runner=FaultyRunner)
+                                          max_num_batched_tokens=10), OffsetKVCacheManager,
+                      PagedAttention, runner=FaultyRunner, **self.speculation)
 
     @rule(n=st.integers(1, 8))
     def evict(self, n):

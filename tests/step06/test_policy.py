@@ -59,8 +59,9 @@ class LPMBridgeEngineMachine(EngineMachine):
     both levels of counts after every operation, step01's answers, nobody overtaken more than twice."""
 
     def make_engine(self):
-        cfg = EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10, **self.speculation)
-        return engine_for(MODEL, cfg, BridgeKVCacheManager, policy=LongestPrefixMatch(max_overtakes=2, fcfs_above=4))
+        cfg = EngineConfig(num_blocks=12, block_size=4, max_num_seqs=3, max_num_batched_tokens=10)
+        return engine_for(MODEL, cfg, BridgeKVCacheManager, policy=LongestPrefixMatch(max_overtakes=2, fcfs_above=4),
+                          **self.speculation)
 
     @invariant()
     def overtaking_is_bounded(self):
