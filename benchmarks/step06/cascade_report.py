@@ -19,6 +19,35 @@ def load(path: Path = RESULTS / "h200_cascade.json") -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def layer_table(res: dict) -> list[str]:
+    """One layer's decode attention with and without cascade, per head shape (the cascade unit's one table)."""
+    rows = []
+    for name, r in res.get("attention", {}).items():
+        if "error" in r:
+            rows.append([SHAPES.get(name, name), f"failed: {r['error']}"] + [""] * 7)
+            continue
+        rows.append([SHAPES.get(name, name), r["plain_us"], r.get("plain_distinct_us", "-"), r["cascade_us"],
+                     f"{r['cascade_graph_grid_us']} ({r['graph_suffix_splits']})", r["cascade_one_axis_us"],
+                     f"**{r['speedup']}x**", r.get("bound_us", "-"),
+                     f"{r['plain_bytes'] / 2**20:,.0f} / {r['cascade_bytes'] / 2**20:,.1f}"])
+    if not rows:
+        return []
+    return table(["heads", "plain paged decode", "plain, prefix in distinct blocks", "cascade",
+                  "cascade, as a captured step replays it (suffix splits)", "cascade, one suffix axis for "
+                  "the longest context the graphs serve", "plain / cascade", "suffix decode + one SDPA (bound)",
+                  "MiB read, plain / cascade"], rows)
+
+
+def unit(res: dict | None) -> str:
+    """The cascade unit's *Measured here*: one layer's table, with the machine it ran on."""
+    if res is None or not layer_table(res):
+        return "No measurement committed yet: `python -m benchmarks.step06.cascade` on a GPU writes it.\n"
+    m = res["machine"]
+    caption = (f"One layer's decode attention on the {m['gpu']}, 256 sequences behind a 4,096-token prefix with "
+               "16-128 tokens of their own, block 16, bf16, median of CUDA-graph replays (µs):")
+    return "\n".join([caption, ""] + layer_table(res) + [""])
+
+
 def tables(res: dict | None) -> str:
     lines = ["#### Cascade attention", ""]
     if res is None:
@@ -27,23 +56,11 @@ def tables(res: dict | None) -> str:
     m = res["machine"]
     lines += [f"Measured on {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, Triton {m['triton']}, by "
               + ", then ".join(f"`{c}`" for c in res["commands"]) + f"; device copy {res['copy_tb_s']} TB/s.", ""]
-    att = res.get("attention", {})
-    rows = []
-    for name, r in att.items():
-        if "error" in r:
-            rows.append([SHAPES.get(name, name), f"failed: {r['error']}"] + [""] * 7)
-            continue
-        rows.append([SHAPES.get(name, name), r["plain_us"], r.get("plain_distinct_us", "-"), r["cascade_us"],
-                     f"{r['cascade_graph_grid_us']} ({r['graph_suffix_splits']})", r["cascade_one_axis_us"],
-                     f"**{r['speedup']}x**", r.get("bound_us", "-"),
-                     f"{r['plain_bytes'] / 2**20:,.0f} / {r['cascade_bytes'] / 2**20:,.1f}"])
-    if rows:
+    layer = layer_table(res)
+    if layer:
         lines += ["One layer's decode attention, 256 sequences behind the prefix, 16-128 tokens of their own, "
                   "block 16, bf16, each contender checked against fp32 first, median of CUDA-graph replays (µs):", ""]
-        lines += table(["heads", "plain paged decode", "plain, prefix in distinct blocks", "cascade",
-                        "cascade, as a captured step replays it (suffix splits)", "cascade, one suffix axis for "
-                        "the longest context the graphs serve", "plain / cascade", "suffix decode + one SDPA (bound)",
-                        "MiB read, plain / cascade"], rows) + [""]
+        lines += layer + [""]
     engine_rows = []
     for part, label in (("engine_1b", "Llama-3.2-1B shape"), ("engine_smollm2", "SmolLM2-135M shape")):
         for workload, r in res.get(part, {}).items():

@@ -162,6 +162,18 @@ def capacity(acc: dict) -> list[str]:
                   "requests that fit"], rows)
 
 
+def unit(acc: dict | None) -> str:
+    """The FP8 unit's *Measured here*: what the real model loses under each pool, one table."""
+    if acc is None:
+        return f"No accuracy measurement committed yet: `{CPU_COMMAND}` writes it.\n"
+    f = acc["figures"]
+    caption = (f"SmolLM2-135M-Instruct in fp32 on a CPU, its pool in fp32 and in fp8 under four kinds of scales; "
+               f"{f['requests']} requests of the course's workloads, greedy, up to {f['new_tokens']} new tokens; KL "
+               f"and top-1 agreement over {f['positions_scored']:,} next-token distributions along the fp32 answers; "
+               "perplexity of `long`'s reference manual:")
+    return "\n".join([caption, ""] + tradeoff(acc) + [""])
+
+
 def section(acc: dict | None, gpu: dict | None) -> str:
     """The lesson's block: the capacity arithmetic, the trade-off on the real model, and the GPU's headline."""
     if acc is None:

@@ -32,6 +32,8 @@ PAGE = CHAPTER / reporting.RESULTS_PAGE  # the chapter's results page, which hol
 BEGIN, END = "<!-- results:begin (python -m benchmarks.step06.report --write) -->", "<!-- results:end -->"
 RULE = "<!-- split-rule:begin (python -m benchmarks.step06.report --write) -->", "<!-- split-rule:end -->"
 FP8 = "<!-- fp8:begin (python -m course report --write) -->", "<!-- fp8:end -->"
+CASCADE = "<!-- cascade:begin (python -m course report --write) -->", "<!-- cascade:end -->"  # the cascade unit's
+FP8_UNIT = "<!-- fp8-accuracy:begin (python -m course report --write) -->", "<!-- fp8-accuracy:end -->"  # FP8 unit's
 COLORS = {"triton": "tab:red", "gather": "tab:orange", "flex": "tab:blue", "contiguous": "tab:green"}
 
 
@@ -262,8 +264,10 @@ def block(res: dict, engine: dict) -> str:
 
 
 def sections() -> dict[tuple[str, str], str]:
-    """The chapter's other measured blocks: the launch rule's before / after, the FP8 cache's trade-off."""
-    return {RULE: split_rule(load()), FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu())}
+    """The chapter's other measured blocks: the launch rule's before / after and the FP8 cache's trade-off (results
+    page), the cascade and FP8 units' one table each."""
+    return {RULE: split_rule(load()), FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu()),
+            CASCADE: cascade_report.unit(cascade_report.load()), FP8_UNIT: fp8_report.unit(fp8_report.load_accuracy())}
 
 
 @reporting.register("step06", headline, BEGIN, sections)

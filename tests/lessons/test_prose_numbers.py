@@ -39,7 +39,7 @@ from .conftest import MOVED
 # 8,192 and 0.0906 are one number each; h200, fp32 and v0.10.2 none; 1..8,192 two
 NUMBER = re.compile(r"(?:(?<![\w.])|(?<=\.\.))[0-9]+(?:[,.][0-9]+)*")
 STRUCTURE = re.compile("|".join([
-    r"\b(?:[Cc]hapters?|[Qq]uestions?|ch\.|[Rr]ounds?)\s+\d+(?:\s*(?:[-–,]|and|or|to)\s*\d+)*",  # cross-references
+    r"\b(?:[Cc]hapters?|[Qq]uestions?|[Uu]nits?|ch\.|[Rr]ounds?)\s+\d+(?:\s*(?:[-–,]|and|or|to)\s*\d+)*",  # references
     r"^[ \t]*(?:#+[ \t]+|\*\*)?\d+\.(?=\s)",  # a numbered list item or heading
     r"\bN\s*[+−]\s*1\b",  # the step after step N
     r"\barXiv[: ]\d{4}\.\d{4,5}\b",  # a paper's arXiv id
@@ -816,6 +816,8 @@ def test_step06_measured():
     one_axis_splits, one_axis_tb_s = ragged["graph_grid_splits"], ragged["triton_graph_grid_tb_s"]
     bucket = split_bucket(split_buckets(GRAPH_CONTEXT), ragged["context"])
     assert bucket == ragged["max_splits"], "the lesson says the captured step replays the eager launch"
+    says_in(path, f"to {ragged['triton_tb_s']} with blocks of 16 and {ragged1['triton_tb_s']} with blocks of 1, at "
+                  "three times")
     says_in(path, f"lifts the {ragged['hq']}/{ragged['hkv']} × {ragged['d']} layer from "
                f"{ragged['triton_first_rule_tb_s']} TB/s",
          f"to {ragged['triton_tb_s']} with blocks of 16 and {ragged1['triton_tb_s']} with blocks of 1 — "
@@ -898,6 +900,8 @@ def test_step06_fp8():
     from step06_triton.store_kvcache import scale_layout
 
     path = CHAPTER6
+    nan = [b for b in range(256) if torch.tensor([b], dtype=torch.uint8).view(torch.float8_e4m3fn).isnan().item()]
+    says_in(path, "(S.1111.111: two encodings, " + " and ".join(f"0x{b:02X}" for b in nan) + ")")
     e4m3 = torch.finfo(torch.float8_e4m3fn)
     mantissa = round(-math.log2(e4m3.eps))
     exponent = e4m3.bits - 1 - mantissa
@@ -1024,7 +1028,7 @@ def test_step06_fp8():
                f"on the {decode_attention.DECODE_TILE_FP8[128][0]}-key tile it shipped with)",
          "with SmolLM2's {} / {} × {} they still cost a tenth".format(*HEADS["9/3x64"]),
          f"they still cost a tenth: {small('kernel'):.2f}x against {small('no_scales'):.2f}x",
-         f"the weights now reach fp16 times {decode_attention.VALUE_SCALE.value:,.0f}")
+         f"kernel carries them in fp16 times {decode_attention.VALUE_SCALE.value:,.0f}")
     assert 0.05 < 1 - small("kernel") / small("no_scales") < 0.15, "the lesson says a tenth"
     # the Nsight Compute profile: bf16, fp8 per token, fp8 static, in the order measure/fp8.py --ncu runs them
     ncu = (REPO_ROOT / "step06_triton" / "results" / "h200_ncu_fp8_decode.txt").read_text()
@@ -1154,7 +1158,7 @@ def test_workloads_page():
     assert figures("step05", "long")["speedup_bound"] == block
     assert round(len(gpu[1]) / (len(gpu[1]) - gpu_blocks), 1) == gpu_bound
     manual = len(_tokenizer().encode((TEXTS / "long_reference.txt").read_text().strip()))
-    says(path, f"## `long`: {shared:,} shared tokens", f"The write-up's shared prompt was {gpu_shared:,} tokens "
+    says(path, f"The write-up's shared prompt was {gpu_shared:,} tokens "
                f"and each question {gpu_own.pop()}", f"Ours is a {manual:,}-token manual",
          f"**{shared:,} tokens that every request starts with**",
          f"| chapter 4 | any token: one token per slot | {shared:,} | {token}x |",
@@ -1245,7 +1249,7 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                  "Request 0 has finished: its blocks 2 and 3 keep their hashes at ref 0",
                  "the never-used blocks 8 and 9 first (1st and 2nd); block 3", '"evicted 3rd"', "(ref 2)"),
         SOURCE: ("measured 2.56× on average, 3.45× at best", 'The snapshot for "the first 16 tokens"',
-                 "The write-up's shared prompt was 2,083 tokens", "(the write-up's 2083/35 ≈ 60×)",
+                 "The write-up's shared prompt was 2,083 tokens", "(the write-up's 2083/35 ≈ 60×;",
                  "100-200 ns per token", "100–200 ns/token", "reported 62.8% with its own texts",
                  "of 1 token by default"),
         COUNT: ("ref count + 1", "ref + 1", "drops to 0", "O(1)", "ref 0", "at ref 0", "with ref count 0",
@@ -1308,7 +1312,8 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                 "largest |K| of 16 meets a key value of 24"),
         FIGURE: ("70 tokens in 16-token blocks", "32-token tiles, a grid of 4 split programs",
                  "a tile of 3 rows × 3 query heads", "holds 11 tokens but only its two full blocks (8 tokens)"),
-        SOURCE: ("about 5 ms of CPU per step", 'a "3D"', "segments (16)", ", 2023 (a blog post",
+        SOURCE: ("about 5 ms of CPU per step", 'a "3D"', "long enough (256 tokens)", "Since March 2026 it is off",
+                 "Since March 2026 vLLM", "as of 2026, is", "segments (16)", ", 2023 (a blog post",
                  "(page size 1)", "1.0 when the checkpoint brings none", "max |K| / 200, max |V| / 100",
                  "in 2-bit integers", "converts e4m3 to 16-bit with packed instructions",
                  "1.0 unless the checkpoint brings calibrated ones"),
