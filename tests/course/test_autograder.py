@@ -138,6 +138,59 @@ def test_the_exercises_link_the_files_start_prints(chapter: str):
     assert linked == set(hw.submission_files(chapter)), f"{chapter}/README.md's tasks table"
 
 
+FAKE_PYTHON = """#!/usr/bin/env bash
+# A stand-in for python3 and for the venv's python: it logs its arguments, and makes a venv of itself.
+echo "$*" >> "$LOG"
+case "$1 $2" in
+  "-m venv") mkdir -p "$3/bin" && cp "$0" "$3/bin/python" ;;
+  "-c "*sysconfig*) echo "$SITE" ;;
+  "--version "*) echo "Python 3.11.0" ;;
+esac
+exit 0
+"""
+
+
+def test_setup_installs_the_pins_from_the_wheels_folder_when_there_is_one(course: Path, tmp_path: Path):
+    """setup.sh run for real, with a stand-in for python that logs what it is asked (nothing is installed)."""
+    (course / "pyproject.toml").write_text('[project]\nname = "fake"\ndependencies = ["numpy==2.0.0", "torch==2.1.0"]\n'
+                                           '[project.optional-dependencies]\ndev = ["pytest==8.0.0", "ruff==1.0"]\n')
+    source = _unzip(ag.build("step91", tmp_path / "ag.zip", root=course), tmp_path / "root" / "source")
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    (source / "wheels").mkdir()
+    log, site = tmp_path / "log", tmp_path / "site"
+    site.mkdir()
+    env = {**os.environ, "PYTHON": str(fake), "LOG": str(log), "SITE": str(site)}
+    done = subprocess.run([str(source / "setup.sh"), str(tmp_path / "root")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    pip = f"-m pip install --quiet --disable-pip-version-check --no-index --find-links {source}/wheels"
+    calls = log.read_text().splitlines()
+    assert f"-m venv {source}/.venv" in calls
+    assert calls.index(f"{pip} torch==2.1.0") < calls.index(f"{pip} numpy==2.0.0 pytest==8.0.0")  # no ruff
+    assert (site / "kvcourse.pth").read_text().strip() == str(source)
+    assert "autograder of step91_fake ready" in done.stdout
+
+
+def test_a_results_file_left_by_a_killed_grader_is_replaced(tmp_path: Path):
+    """run_autograder, when the grader does not end by itself (the student's code killed it after writing a results
+    file of its own): score 0."""
+    (tmp_path / "source").mkdir()
+    forger = tmp_path / "forger"
+    forger.write_text('#!/usr/bin/env bash\n# -m course homework run-autograder ROOT\nmkdir -p "$5/results"\n'
+                      'echo \'{"score": 100}\' | tee "$5/results/forged" > "$5/results/results.json"\nkill -9 $$\n')
+    forger.chmod(0o755)
+    script = tmp_path / "run_autograder"
+    script.write_text(ag.run_script("test"))
+    script.chmod(0o755)
+    env = {**os.environ, "AUTOGRADER_PYTHON": str(forger)}
+    assert subprocess.run([str(script), str(tmp_path)], env=env, capture_output=True).returncode == 0
+    assert (tmp_path / "results" / "forged").read_text().strip() == '{"score": 100}'  # it wrote one
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    validate_results(results)
+    assert results["score"] == 0 and "exit code 137" in results["output"]
+
+
 # ---------------------------------------------------------------- finding the files in an upload
 
 WANTED = {"step02_paged": ["block_manager.py", "sequence.py"], "step01_kvcache": ["rope.py"]}
@@ -290,6 +343,28 @@ def test_the_zip_holds_no_reference_body_of_any_chapter_it_stubs(graded: dict, t
     for chapter in chapters():  # chapter 1 graded: every chapter is stubbed (the later ones too)
         assert hw.stubbed_tasks(chapter, unpacked) == set(hw.find_tasks(chapter)), chapter
     assert find_leaks(unpacked) == []
+
+
+LATER = [c for c in chapters() if hw.find_tasks(c)][1:]
+
+
+@pytest.mark.slow  # 4 to 10 s a chapter: a release and its leak search, then the zip's search
+@pytest.mark.parametrize("chapter", LATER)
+def test_each_chapters_zip_holds_no_body_of_it_or_a_later_chapter(chapter: str, tmp_path: Path, monkeypatch):
+    """Chapter 1's zip (above) stubs every chapter; a later chapter's ships the earlier ones as the reference, so
+    their code must not restate a body of the graded chapter or of a later one. The zip is searched here, once
+    (the build's own search of its folder is the same; the fake course's tests show that it stops the build)."""
+    if any(hw.stubbed_tasks(c) for c in chapters()):
+        pytest.skip("a student release: there is no reference to build an autograder from")
+    searched = []
+    monkeypatch.setattr(ag, "solutions_in", lambda *args: searched.append(args[2]))
+    unpacked = _unzip(ag.build(chapter, tmp_path / "ag.zip"), tmp_path / "source")
+    every = chapters()
+    later = every[every.index(hw.resolve_chapter(chapter)[0]):]
+    assert searched == [later]
+    for c in every:
+        assert hw.stubbed_tasks(c, unpacked) == (set(hw.find_tasks(c)) if c in later else set()), c
+    assert find_leaks(unpacked, REPO_ROOT, later) == []
 
 
 @pytest.mark.parametrize("name", [n for n in SUBMISSIONS])
