@@ -45,7 +45,7 @@ def throughput_rows(e: dict) -> list[str]:
 
 def decode_rows(e: dict, copy_tb_s: float | None = None) -> list[str]:
     lines = ["| model | workload | kernels per step | GPU µs per step (graph replay) | floor µs (weights + K/V read "
-             "at copy speed; in brackets, at the run's own probe) | ms per step on the host's clock (sync: "
+             "once at the ceiling's copy speed) | ms per step on the host's clock (sync: "
              "includes the wait for the GPU), sync / overlapped | GPU busy, sync / overlapped |",
              "|---|---|---|---|---|---|---|"]
     for model, label in MODELS.items():
@@ -55,8 +55,7 @@ def decode_rows(e: dict, copy_tb_s: float | None = None) -> list[str]:
                 continue
             d = r["decode"]
             floor = floor_us(d, copy_tb_s)
-            probe = "" if floor == d["floor_us"] else f" ({d['floor_us']} at {d['copy_tb_s']} TB/s)"
-            lines.append(f"| {label} | `{wl}` | {d['kernels_per_step']} | {d['gpu_us_per_step']} | {floor}{probe} | "
+            lines.append(f"| {label} | `{wl}` | {d['kernels_per_step']} | {d['gpu_us_per_step']} | {floor} | "
                          f"{d['sync']['host_ms_per_step']} / {d['overlap']['host_ms_per_step']} | "
                          f"{d['sync']['gpu_busy_fraction']:.1%} / **{d['overlap']['gpu_busy_fraction']:.1%}** |")
     return lines
@@ -97,9 +96,9 @@ def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "resu
     lines += ["", "**A decode step** (batch 64, the contexts of the run's last steps), and the decode phase:", ""]
     lines += decode_rows(e, copy_tb_s)
     if copy_tb_s:
-        lines += ["", f"The floors are set at {copy_tb_s} TB/s, the fastest device copy of the kernel runs above on "
-                  "an H200, where a run's own probe read slower (its floor in brackets): a floor from a slow probe "
-                  "would flatter the step held against it."]
+        lines += ["", f"One ceiling for the floors: {copy_tb_s} TB/s, the ceiling of the kernels run on the same card "
+                  "(its fastest device copy); a step is held against what the card can copy, not against a slower "
+                  "probe of this run's."]
     if pictures is not None:
         lines += ["", f"![host and GPU per decode step, synchronous and overlapped]({pictures}/timeline.svg)"]
     lines += [""]
