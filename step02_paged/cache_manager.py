@@ -8,7 +8,6 @@ engine are written once, against this class:
     match = kv.get_computed_blocks(seq)          what of its prompt is already in the pool? (looks only)
     kv.allocate_slots(seq, n, match)             room for n more tokens, the match's blocks shared first
     kv.on_computed(seq)                          a forward wrote more K/V: publish what others may reuse
-    kv.rollback(seq)                             drafts were rejected: give back the blocks only they used
     kv.free(seq)                                 finish, abort or preemption
     kv.shared_prefixes(seqs)                     which running sequences read the same first blocks right now?
 
@@ -119,17 +118,6 @@ class CacheManager(ABC):
     @abstractmethod
     def on_computed(self, seq: Sequence) -> None:
         """Called after each forward that advanced `seq`."""
-
-    def rollback(self, seq: Sequence) -> None:
-        """Speculative decoding rejected drafts and `Sequence.rollback` moved the counter back: keep the blocks the
-        sequence's verified tokens need (its computed tokens and the one it sampled last, which runs next step) and
-        release the rest, tail first. The engine calls it before `on_computed`, so nothing past the counter was ever
-        published: every block released here is the sequence's own, in every design. (vLLM keeps such blocks for
-        the next drafts; returning them keeps this course's rule that a table holds what its tokens need.)"""
-        # BEGIN SOLUTION task2.rollback points=2
-        keep = cdiv(seq.num_computed_tokens + 1, self.block_size)
-        self.block_manager.release(seq.truncate_blocks(keep)[::-1])
-        # END SOLUTION
 
     @abstractmethod
     def free(self, seq: Sequence) -> None:

@@ -2,11 +2,10 @@
 
 One counter drives everything (as in vLLM v1): `num_computed_tokens`. The tokens still to run are the ones
 after it — the rest of the prompt while prefilling (in chunks), then the one token sampled last step while
-decoding. Only the scheduler and the engine move it, through four methods: `admit` (a new request starts
-after its cached prefix), `advance` (a forward computed n more tokens), `preempt` (its blocks were released:
-back to 0, to be recomputed later, prompt and answer so far together) and `rollback` (speculative decoding: the
-forward also computed draft tokens, and the ones the model rejected are taken back). A cache manager reads it,
-never writes it.
+decoding. Only the scheduler and the engine move it, through three methods: `admit` (a new request starts
+after its cached prefix), `advance` (a forward computed n more tokens) and `preempt` (its blocks were released:
+back to 0, to be recomputed later, prompt and answer so far together); chapter 5's speculative engine also takes
+rejected guesses back (its `rollback`). A cache manager reads it, never writes it.
 
 Speculative decoding proposes draft tokens (`spec_token_ids`, vLLM's name) that the next step runs after the
 pending token, to verify them all in one forward. They are pending tokens like any other (the scheduler budgets
@@ -116,20 +115,6 @@ class Sequence:
         self.num_preemptions += 1
         self.status = SequenceStatus.WAITING
         self.spec_token_ids = []
-
-    def rollback(self, num_rejected: int) -> None:
-        """A verify step computed K/V for draft tokens and the model rejected the last `num_rejected` of them: those
-        positions are not computed any more (their slots hold K/V of tokens the sequence does not have, which the
-        next forward overwrites). Called after `advance` and before the step's tokens are appended, when the drafts
-        the forward ran are the computed positions past the sequence's tokens; a count that is not one of them
-        raises ValueError and changes nothing."""
-        # BEGIN SOLUTION task2.rollback points=2
-        past = self.num_computed_tokens - self.num_tokens_with_in_flight  # computed positions beyond the tokens
-        if not isinstance(num_rejected, int) or not 0 <= num_rejected <= max(past, 0):
-            raise ValueError(f"sequence {self.seq_id}: cannot roll back {num_rejected!r} tokens; {max(past, 0)} "
-                             "computed positions hold drafts")
-        self.num_computed_tokens -= num_rejected
-        # END SOLUTION
 
     # ---- tokens and blocks -------------------------------------------------------------------------------
     def append_token(self, token: int) -> None:

@@ -20,6 +20,7 @@ from .block_radix_tree import BlockRadixTree
 from .bridge_cache import BridgeKVCacheManager
 from .ngram_proposer import NgramProposer
 from .offset_tree import OffsetRadixTree
+from .rollback import release_rejected_blocks, rollback
 from .verify import num_accepted
 
 
@@ -152,9 +153,9 @@ def offset_split_dot(decode: Decode | None = None, name: str = "offset_split") -
 def verify_step(kv: CacheManager, seq: Sequence, drafts: list[int], kept: list[int]) -> tuple[list[int], int]:
     """One speculative engine step of one decoding sequence, without a model: room for its pending token and
     `drafts`, which the forward computes; `kept` stands for what the model keeps (the drafts its samples agree with
-    and one token more). The rejected drafts are rolled back (`Sequence.rollback`, then the manager gives back the
-    blocks only they used), the manager hears of the step, the kept tokens join the sequence. Returns the block table
-    and the counter as the forward left them, before the rollback."""
+    and one token more). The rejected drafts are rolled back (`rollback`, then `release_rejected_blocks` gives back
+    the blocks only they used), the manager hears of the step, the kept tokens join the sequence. Returns the block
+    table and the counter as the forward left them, before the rollback."""
     seq.spec_token_ids = list(drafts)
     n = seq.num_pending_tokens
     if not kv.allocate_slots(seq, n):
@@ -164,8 +165,8 @@ def verify_step(kv: CacheManager, seq: Sequence, drafts: list[int], kept: list[i
     during = list(seq.block_table), seq.num_computed_tokens
     rejected = len(drafts) - num_accepted(kept, drafts)
     if rejected:
-        seq.rollback(rejected)
-        kv.rollback(seq)
+        rollback(seq, rejected)
+        release_rejected_blocks(kv, seq)
     kv.on_computed(seq)
     for token in kept:
         seq.append_token(token)

@@ -8,9 +8,9 @@ the model agrees with, plus one token of its own. The answer is the one plain de
 
 It lives here, after the three prefix caches, because its hard part is theirs: a rejected guess already has K/V in
 the pool, written by the forward, and every design must give back what only the rejected guesses used without ever
-having published them. The engine keeps that order: a sequence's counter moves past what the forward computed, moves
-back over the rejected guesses (`Sequence.rollback`), the cache manager gives back the blocks only they used
-(`CacheManager.rollback`), and only then hears of the step (`on_computed`): a hash, a tree node or an insert never
+having published them. The engine keeps that order (rollback.py): a sequence's counter moves past what the forward
+computed, moves back over the rejected guesses (`rollback`), the cache manager gives back the blocks only they used
+(`release_rejected_blocks`), and only then hears of the step (`on_computed`): a hash, a tree node or an insert never
 sees an unverified token.
 
 What it changes in chapter 2's step, by overriding and nothing else:
@@ -43,6 +43,7 @@ from step02_paged.scheduler import Policy
 from step02_paged.sequence import Sequence, SequenceStatus
 
 from .ngram_proposer import NgramProposer
+from .rollback import release_rejected_blocks, rollback
 from .speculative_config import SpeculativeConfig
 from .verify import cut_drafts, verify
 
@@ -111,8 +112,8 @@ class SpeculativeEngine(Engine):
         for seq, n in batch:
             seq.advance(n)
             if rejected.get(seq.seq_id):
-                seq.rollback(rejected[seq.seq_id])
-                self.cache_manager.rollback(seq)
+                rollback(seq, rejected[seq.seq_id])
+                release_rejected_blocks(self.cache_manager, seq)
             self.cache_manager.on_computed(seq)
         finished = self._append([s for s, (tokens, _) in zip(sampled, kept) for _ in tokens],
                                 [t for tokens, _ in kept for t in tokens])

@@ -299,8 +299,9 @@ def test_step02_q7_seat_steps():
 def test_step02_q8_a_rollback_across_a_block_boundary():
     from step02_paged.geometry import PoolGeometry, cdiv
     from step02_paged.kv_cache_manager import KVCacheManager
-    from step05_bridge.pictures import verify_step
     from step03_prefix_hash import PrefixCachingKVCacheManager
+    from step05_bridge.pictures import verify_step
+    from step05_bridge.rollback import rollback as rollback_tokens
 
     bs, computed, k = 16, 46, 4
     drafts = [1000 + i for i in range(k)]
@@ -341,7 +342,7 @@ def test_step02_q8_a_rollback_across_a_block_boundary():
         seq.advance(k + 1)
         seq.spec_token_ids = []
         if rollback:
-            seq.rollback(k)
+            rollback_tokens(seq, k)
         kv.on_computed(seq)
         seq.append_token(7)
         kv.on_computed(seq)

@@ -8,6 +8,7 @@ from step01_kvcache.tiny import tiny_model
 from step02_paged import EngineConfig
 from step03_prefix_hash import PrefixCachingKVCacheManager
 from step05_bridge import SpeculativeConfig, SpeculativeEngine
+from step05_bridge.rollback import release_rejected_blocks, rollback
 from tests.driver import oracle, speculation_reuses_only_verified
 
 from .helpers import shared_prefix_prompts
@@ -43,8 +44,8 @@ def test_a_block_waits_until_the_token_in_its_last_slot_is_computed():
     assert kv.allocate_slots(seq, seq.num_pending_tokens)
     seq.advance(4)
     seq.spec_token_ids = []
-    seq.rollback(3)
-    kv.rollback(seq)
+    rollback(seq, 3)
+    release_rejected_blocks(kv, seq)
     kv.on_computed(seq)
     seq.append_token(55)  # the token the model sampled for position 7: block 1's tokens are known and hashed
     kv.on_computed(seq)

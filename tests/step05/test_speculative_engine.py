@@ -1,6 +1,6 @@
-"""Speculative decoding on chapter 2's engine: prompt lookup proposes, one forward verifies 1 + k tokens, the rejected
-drafts are rolled back through `Sequence.rollback` and their blocks given back; answers never change (greedy, and
-seeded sampling too), with chunked prefill, preemption and aborts in the mix."""
+"""Chapter 5's SpeculativeEngine over chapter 2's paging: prompt lookup proposes, one forward verifies 1 + k tokens,
+the rejected drafts are rolled back (`rollback`) and their blocks given back (`release_rejected_blocks`); answers never
+change (greedy, and seeded sampling too), with chunked prefill, preemption and aborts in the mix."""
 from __future__ import annotations
 
 import random
@@ -16,6 +16,7 @@ from step02_paged.geometry import PoolGeometry
 from step02_paged.sequence import Sequence
 from step05_bridge import SpeculativeConfig, SpeculativeEngine
 from step05_bridge.ngram_proposer import NgramProposer
+from step05_bridge.rollback import release_rejected_blocks, rollback
 from tests.driver import drive_to_end, oracle, speculative_engine
 
 MODEL = tiny_model(seed=11)
@@ -110,7 +111,7 @@ def decoding(kv, computed: int, drafts: int) -> Sequence:
     return seq
 
 
-@pytest.mark.task("task2.rollback")
+@pytest.mark.task("task5.rollback")
 def test_a_rollback_across_a_block_boundary_gives_the_block_back():
     """Block size 4: 6 tokens computed, the pending token at position 6 and 4 drafts at 7-10 fill three blocks. The
     model rejects every draft: the third block held only drafts (8-10) and goes back to the free list; the second
@@ -120,8 +121,8 @@ def test_a_rollback_across_a_block_boundary_gives_the_block_back():
     table = list(seq.block_table)
     assert len(table) == 3 and seq.num_computed_tokens == 11
     seq.synced_blocks = 3  # as if the engine had copied the row
-    seq.rollback(4)
-    kv.rollback(seq)
+    rollback(seq, 4)
+    release_rejected_blocks(kv, seq)
     assert seq.num_computed_tokens == 7 and seq.block_table == table[:2]
     assert kv.block_manager.ref_count[table[2]] == 0 and kv.block_manager.free_blocks[-1] == table[2]
     assert seq.synced_blocks == 2, "the row is rewritten from the cut on when the table grows again"
@@ -130,32 +131,32 @@ def test_a_rollback_across_a_block_boundary_gives_the_block_back():
     seq.check_invariants()
 
 
-@pytest.mark.task("task2.rollback")
+@pytest.mark.task("task5.rollback")
 def test_a_rollback_inside_a_block_keeps_the_block():
     kv = KVCacheManager(PoolGeometry(6, 4))
     seq = decoding(kv, computed=4, drafts=2)  # pending token at 4, drafts at 5, 6: all in the second block
-    seq.rollback(2)
-    kv.rollback(seq)
+    rollback(seq, 2)
+    release_rejected_blocks(kv, seq)
     assert seq.num_computed_tokens == 5 and len(seq.block_table) == 2 and kv.block_manager.num_free == 4
 
 
-@pytest.mark.task("task2.rollback")
+@pytest.mark.task("task5.rollback")
 def test_a_rollback_past_the_drafts_is_refused():
     kv = KVCacheManager(PoolGeometry(6, 4))
     seq = decoding(kv, computed=5, drafts=2)
     for bad in (-1, 3, 2.0):
         with pytest.raises(ValueError):
-            seq.rollback(bad)
+            rollback(seq, bad)
     assert seq.num_computed_tokens == 8, "a refused rollback changes nothing"
-    seq.rollback(2)
+    rollback(seq, 2)
     with pytest.raises(ValueError):
-        seq.rollback(1)  # the drafts are rolled back already: the verified tokens stay computed
+        rollback(seq, 1)  # the drafts are rolled back already: the verified tokens stay computed
 
 
 # ---------------------------------------------------------------- the engine
 
 
-@pytest.mark.task("task2.rollback")
+@pytest.mark.task("task5.rollback")
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("chunked", [True, False])
 @pytest.mark.parametrize("good,bad", [(0, 3), (2, 1), (5, 0)], ids=["all-rejected", "some", "all-accepted"])
@@ -177,7 +178,7 @@ def test_speculation_keeps_greedy_answers(block_size, chunked, good, bad):
         assert s.steps < sum(len(p) for p in ps) // 24 + 12
 
 
-@pytest.mark.task("task2.rollback")
+@pytest.mark.task("task5.rollback")
 @pytest.mark.parametrize("block_size", [1, 4])
 def test_speculation_under_preemption_keeps_greedy_answers(block_size):
     """A pool too small for the batch: sequences are preempted with drafts (dropped, recomputed later)."""
