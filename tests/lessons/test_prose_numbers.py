@@ -1109,7 +1109,7 @@ def test_notebooks():
         near(path, "~145 tokens", mean(map(len, short)), 5)
     says("notebooks/03_prefix_hash.ipynb", f"the very first {B}-token block",
          f"the persona's {min(personas) // B} system-prompt blocks ({min(personas) // B * B} tokens)",
-         f"skips the {round(workload('long')['tokens_mean'] / 1000)}k-token prefill")
+         f"skips the {round(workload('long')['tokens_mean'] / 1000)}k-token")
     sizes = figures("step05", "designs")["block_sizes"]
     says("notebooks/05_bridge.ipynb", f"The `short` workload on the real model, {B}-token blocks",
          f"with {B}-token blocks, and", f"at {B}-token blocks the bridge reuses",
@@ -1253,7 +1253,7 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                  "The write-up's shared prompt was 2,083 tokens", "(the write-up's 2083/35 ≈ 60×;",
                  "100-200 ns per token", "100–200 ns/token", "reported 62.8% with its own texts",
                  "of 1 token by default"),
-        COUNT: ("ref count + 1", "ref + 1", "drops to 0", "O(1)", "ref 0", "at ref 0", "with ref count 0",
+        COUNT: ("ref + 1", "drops to 0", "O(1)", "ref 0", "at ref 0", "with ref count 0",
                 "salt on block 0", "Block 0 is a", "near 1)", "count was 0"),
         TESTS: ("(ref 2 on a hit",),
     },
