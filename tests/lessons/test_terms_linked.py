@@ -20,10 +20,8 @@ from course.workloads import WORKLOADS
 PENDING = {
     "step02_paged/",
     "step05_bridge/",
-    "step06_triton/",
     "notebooks/02_paged.ipynb",
     "notebooks/05_bridge.ipynb",
-    "notebooks/06_triton.ipynb",
 }
 
 # glossary anchor -> the words that use the term (matched ignoring case unless the pattern has a capital letter)
