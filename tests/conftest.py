@@ -68,6 +68,7 @@ def _convert_the_model_once() -> None:
 # order, so long files started last would leave one worker waiting. Only the order changes, never what runs.
 _LONG_FIRST = [
     "tests/test_homework_proof.py",  # ~100 s: every homework task, stubbed, in worker processes
+    "tests/course/test_autograder.py",  # ~150 s: every chapter's Gradescope autograder, built and run
     "tests/step04/test_engine.py", "tests/step03/test_real_model.py", "tests/step05/test_real_model.py",
     "tests/course/test_homework.py", "tests/step06/test_kernels.py", "tests/step06/test_engine.py",
     "tests/course/test_grader_tamper.py", "tests/step01/test_oracle.py", "tests/step06/test_report.py",

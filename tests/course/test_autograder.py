@@ -388,23 +388,38 @@ def test_the_zip_holds_no_reference_body_of_any_chapter_it_stubs(graded: dict, t
 LATER = [c for c in chapters() if hw.find_tasks(c)][1:]
 
 
-@pytest.mark.slow  # 4 to 10 s a chapter: a release and its leak search, then the zip's search
+@pytest.mark.slow  # 10 to 45 s a chapter (chapter 6's kernels run in Triton's interpreter): a build, a search, a check
 @pytest.mark.parametrize("chapter", LATER)
-def test_each_chapters_zip_holds_no_body_of_it_or_a_later_chapter(chapter: str, tmp_path: Path, monkeypatch):
+def test_each_chapters_autograder_leaks_nothing_and_grades_the_reference(chapter: str, tmp_path: Path, monkeypatch):
     """Chapter 1's zip (above) stubs every chapter; a later chapter's ships the earlier ones as the reference, so
     their code must not restate a body of the graded chapter or of a later one. The zip is searched here, once
-    (the build's own search of its folder is the same; the fake course's tests show that it stops the build)."""
+    (the build's own search of its folder is the same; the fake course's tests show that it stops the build).
+    Then its run_autograder grades the chapter's reference files, handed in as a zip: full score."""
     if any(hw.stubbed_tasks(c) for c in chapters()):
         pytest.skip("a student release: there is no reference to build an autograder from")
     searched = []
     monkeypatch.setattr(ag, "solutions_in", lambda *args: searched.append(args[2]))
-    unpacked = _unzip(ag.build(chapter, tmp_path / "ag.zip"), tmp_path / "source")
+    root = tmp_path / "autograder"
+    source = _unzip(ag.build(chapter, tmp_path / "ag.zip"), root / "source")
     every = chapters()
-    later = every[every.index(hw.resolve_chapter(chapter)[0]):]
+    package = hw.resolve_chapter(chapter)[0]
+    later = every[every.index(package):]
     assert searched == [later]
     for c in every:
-        assert hw.stubbed_tasks(c, unpacked) == (set(hw.find_tasks(c)) if c in later else set()), c
-    assert find_leaks(unpacked, REPO_ROOT, later) == []
+        assert hw.stubbed_tasks(c, source) == (set(hw.find_tasks(c)) if c in later else set()), c
+    assert find_leaks(source, REPO_ROOT, later) == []
+
+    (root / "submission").mkdir()
+    (root / "submission" / "mine.zip").write_bytes(_zip_bytes(
+        {f"{package}/{f}": (REPO_ROOT / package / f).read_bytes() for f in hw.submission_files(chapter)}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    done = subprocess.run([str(source / "run_autograder"), str(root)], capture_output=True, text=True, timeout=600,
+                          env={**env, "AUTOGRADER_PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((root / "results" / "results.json").read_text())
+    validate_results(results)
+    worth = sum(hw.task_points(hw.find_tasks(chapter)).values())
+    assert results["score"] == worth == sum(t["max_score"] for t in results["tests"]), results["output"]
 
 
 @pytest.mark.parametrize("name", [n for n in SUBMISSIONS])
