@@ -216,8 +216,8 @@ def test_setup_installs_the_pins_from_the_zips_wheels(course: Path, tmp_path: Pa
     done = subprocess.run([str(source / "setup.sh"), str(tmp_path / "root")], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     pip = "-m pip install --quiet --disable-pip-version-check"
-    assert [c for c in log.read_text().splitlines() if "pip" in c] == [f"{pip} --index-url {ag.TORCH_CPU_INDEX} torch==2.1.0",
-                                                 f"{pip} numpy==2.0.0 pytest==8.0.0"]
+    installs = [c for c in log.read_text().splitlines() if "pip" in c]
+    assert installs == [f"{pip} --index-url {ag.TORCH_CPU_INDEX} torch==2.1.0", f"{pip} numpy==2.0.0 pytest==8.0.0"]
 
 
 def test_a_results_file_left_by_a_killed_grader_is_replaced(tmp_path: Path):
