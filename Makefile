@@ -46,7 +46,7 @@ bench: .venv/.installed
 	$(PY) -m course bench step01 --save --json | tail -1
 	$(PY) -m course bench step02 --workload batch --save --json | tail -1
 	$(PY) -m course bench step02 --workload host --save --json | tail -1
-	$(PY) -m course bench step02 --workload speculative --repeats 2 --save --json | tail -1
+	$(PY) -m course bench step05 --workload speculative --repeats 2 --save --json | tail -1
 	@for ch in step03 step04 step05; do for w in short long shared_prefix diverge; do \
 	  $(PY) -m course bench $$ch --workload $$w --save --json | tail -1 || exit 1; \
 	done; done

@@ -22,14 +22,14 @@ END = "<!-- workloads:end -->"
 # The chapters whose benches, demos or lessons run each text workload (tests/course/test_workloads_page.py checks
 # that each listed chapter names it, and that a chapter naming it in both its README and its benches is listed).
 USES: dict[str, tuple[int, ...]] = {
-    "short": (2, 3, 4, 5, 6, 7),
+    "short": (3, 4, 5, 6, 7),
     "long": (3, 4, 5, 6),
     "shared_prefix": (3, 4, 5, 6),
-    "batch": (2, 6),
+    "batch": (2, 5, 6),
     "diverge": (3, 4, 5, 6),
     "multi_turn": (5, 6),
     "multi_doc": (4, 5, 6),
-    "edit": (2,),
+    "edit": (5,),
 }
 
 

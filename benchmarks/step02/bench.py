@@ -1,6 +1,5 @@
 """`python -m course bench step02 --workload batch`: continuous batching vs one request at a time
-(`--workload host`: the engine's host work per decode step, without a model; see host.py; `--workload
-speculative`: speculative decoding against plain decoding; see speculative.py).
+(`--workload host`: the engine's host work per decode step, without a model; see host.py).
 
 The same 8 ragged greedy requests (answers end at the end-of-turn token) through (a) our paged engine, all
 at once, (b) Hugging Face `generate` with its default attention (SDPA), all 8 in one left-padded batch, as a
@@ -67,13 +66,6 @@ def bench_step02(args: argparse.Namespace) -> dict:
 
         from .host import host_bench
         return host_bench(progress=progress)
-    if args.workload == "speculative":
-        from benchmarks.runner import progress
-        from step01_kvcache.pretrained import load_model, load_tokenizer
-
-        from .speculative import spec_bench
-        return spec_bench(load_model(args.model), load_tokenizer(args.model), max_new_tokens=args.max_new_tokens or 128,
-                          repeats=args.repeats, progress=progress)
     from course.workloads import get_workload
     from step01_kvcache.demo import stop_ids
     from step01_kvcache.hf import to_hf_model

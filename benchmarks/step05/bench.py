@@ -1,6 +1,7 @@
 """`python -m course bench step05 --workload <name> [--json]`: the engine with the bridge (block_size 16), cache
 off and on (through benchmarks.runner.prefix_cache_bench, as every prefix-caching chapter), plus per-round hit rates;
-`--workload multi_turn` compares the host tier off and on instead (tier.py).
+`--workload multi_turn` compares the host tier off and on instead (tier.py); `--workload speculative` decodes with and
+without prompt-lookup guesses (speculative.py).
 
 `python -m benchmarks.step05.bench [--workloads ...] [--block-sizes 16 4 1]` compares the designs of chapters 3-5
 without the model's cost getting in the way: on the same sequential requests it prints the prompt tokens each
@@ -41,9 +42,15 @@ def pool_blocks(prompts: list[list[int]], new_tokens: int, block_size: int) -> i
 
 @register("step05")
 def bench_step05(args: argparse.Namespace) -> dict:
-    from step01_kvcache.pretrained import load_tokenizer
+    from step01_kvcache.pretrained import load_model, load_tokenizer
 
     args.workload = args.workload or "short"
+    if args.workload == "speculative":  # speculative decoding against plain decoding, no prefix cache
+        from benchmarks.runner import progress
+
+        from .speculative import spec_bench
+        return spec_bench(load_model(args.model), load_tokenizer(args.model), max_new_tokens=args.max_new_tokens or 128,
+                          repeats=args.repeats, progress=progress)
     if args.workload == "multi_turn":  # the host tier's bench: tier off vs on, not cache off vs on
         from .tier import tier_bench
         return tier_bench(args)

@@ -23,6 +23,8 @@ from benchmarks.reporting import (
 )
 from course import results
 
+from . import speculative_report
+
 OFFSET = ("<!-- offset:begin (python -m course report --write) -->", "<!-- offset:end -->")
 OFFSET_COLOR = "tab:purple"
 
@@ -104,7 +106,7 @@ def offset_section() -> str:
 
 
 def sections() -> dict[tuple[str, str], str]:
-    return {OFFSET: offset_section()}
+    return {OFFSET: offset_section(), **speculative_report.sections()}
 
 
 def tier_block(rec: dict, gpu: dict | None) -> str:
@@ -174,7 +176,7 @@ def headline() -> str:
     dl = {r["workload"]: r for r in need("step05", "designs")["figures"]["designs"]}["long"]
     return (f"the bridge reuses what the hash reuses at the same block size (`long`, 16: "
             f"{dl['bridge bs=16']['cached_tokens']} vs {dl['hash bs=16']['cached_tokens']} tokens) and chapter 4's at "
-            f"block size 1; `long` warm TTFT {long5['speedup_warm']}x")
+            f"block size 1; `long` warm TTFT {long5['speedup_warm']}x; {speculative_report.headline()}")
 
 
 @register("step05", headline, BEGIN, sections)
@@ -207,4 +209,5 @@ def render() -> Rendered:
     plots["hit_rate.svg"] = svg(lambda: plot_hit_rates(by))
     plots["block_size.svg"] = svg(lambda: plot_block_sizes(d))
     plots["bookkeeping.svg"] = svg(lambda: plot_bookkeeping(d))
+    plots.update(speculative_report.plots())
     return text, plots

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.step02.speculative import verify_step_cost
+from benchmarks.step05.speculative import verify_step_cost
 from step06_triton.triton_attention import TritonPagedAttention
 
 from .common import MODELS, Parts, median_ms, needs_gpu, random_model

@@ -50,9 +50,10 @@ def test_every_workload_has_its_row_and_anchor(tokenizer):
 
 
 def _names(chapter: int, name: str) -> tuple[bool, bool]:
-    """Whether chapter `chapter` names the workload in its lesson (as `name`), and in its benches (as "name")."""
+    """Whether chapter `chapter` names the workload in its lesson (any page: README, units, results; as `name`), and
+    in its benches (as "name")."""
     folder = next(c for c in chapters() if c.startswith(f"step{chapter:02d}_"))
-    lesson = f"`{name}`" in (REPO_ROOT / folder / "README.md").read_text()
+    lesson = any(f"`{name}`" in page.read_text() for page in (REPO_ROOT / folder).glob("*.md"))
     benches = any(f'"{name}"' in p.read_text() for p in (REPO_ROOT / "benchmarks" / f"step{chapter:02d}").glob("*.py"))
     return lesson, benches
 

@@ -296,73 +296,6 @@ def test_step02_q7_seat_steps():
          f"**{len(lengths) * steps - sum(lengths)}**", f"**{seat_steps - sum(lengths)}** seat-steps")
 
 
-def test_step02_q8_a_rollback_across_a_block_boundary():
-    from step02_paged.geometry import PoolGeometry, cdiv
-    from step02_paged.kv_cache_manager import KVCacheManager
-    from step03_prefix_hash import PrefixCachingKVCacheManager
-    from step05_bridge.pictures import verify_step
-    from step05_bridge.rollback import rollback as rollback_tokens
-
-    bs, computed, k = 16, 46, 4
-    drafts = [1000 + i for i in range(k)]
-
-    def decoding(kv):
-        """A sequence with `computed` tokens computed and its last sampled one (position `computed`) pending."""
-        seq = kv.new_sequence(0, list(range(computed + 1)), SamplingParams(max_new_tokens=64, **GREEDY))
-        assert kv.allocate_slots(seq, computed)
-        seq.admit(0)
-        seq.advance(computed)
-        kv.on_computed(seq)
-        return seq
-
-    kv = KVCacheManager(PoolGeometry(8, bs))
-    seq = decoding(kv)
-    before = len(seq.block_table)
-    table, counted = verify_step(kv, seq, drafts, [7])  # the model disagrees with the first draft
-    last = len(table) - 1
-    assert counted == computed + k + 1 and len(seq.block_table) == last and kv.block_manager.ref_count[table[last]] == 0
-    says("step02", 8, f"**{k + 1} positions**, {computed}-{computed + k}", f"Position {computed + k} lies in",
-         f"block {last} of the table (positions {last * bs}-{(last + 1) * bs - 1})", f"holds **{len(table)} blocks**",
-         f"({before} before it", f"from {computed} to **{counted}**", f"the counter to **{seq.num_computed_tokens}**",
-         f"need {len(seq.block_table)} blocks", f"block {last} held only the rejected drafts of positions "
-         f"{last * bs}-{computed + k}", f"Slot {seq.num_computed_tokens} (in block {seq.num_computed_tokens // bs})",
-         f"reads the first {seq.num_computed_tokens} positions")
-    kv = KVCacheManager(PoolGeometry(8, bs))
-    seq = decoding(kv)
-    verify_step(kv, seq, drafts, [drafts[0], 7])  # the first draft stands, the second does not
-    c = seq.num_computed_tokens
-    assert len(seq.block_table) == len(table) and c // bs == last
-    says("step02", 8, f"goes back to **{c}**", f"sits at position {c}, in block {last}", f"Slot {c} now holds",
-         f"slots {c + 1} and {computed + k} hold drafts")
-    for rollback in (False, True):  # chapter 3, with and without the rollback: which blocks are published
-        kv = PrefixCachingKVCacheManager(PoolGeometry(8, bs))
-        seq = decoding(kv)
-        seq.spec_token_ids = list(drafts)
-        assert kv.allocate_slots(seq, k + 1)
-        seq.advance(k + 1)
-        seq.spec_token_ids = []
-        if rollback:
-            rollback_tokens(seq, k)
-        kv.on_computed(seq)
-        seq.append_token(7)
-        kv.on_computed(seq)
-        published = [i for i, b in enumerate(seq.block_table) if kv.block_manager.entries[b] is not None]
-        if not rollback:
-            stale = published[-1]
-            assert stale * bs <= computed + 1 <= (stale + 1) * bs, "the last published block holds slot 47"
-            says("step02", 8, f"stay at {seq.num_computed_tokens} while the sequence has {seq.num_tokens} tokens",
-                 f"block {stale} (positions {stale * bs}-{(stale + 1) * bs - 1}) is full",
-                 f"a counter of {seq.num_computed_tokens} says", f"starts with these {seq.num_tokens} tokens")
-        else:
-            assert stale not in published
-            says("step02", 8, f"the counter says {seq.num_computed_tokens}, and block {stale} waits",
-                 f"writes position {seq.num_computed_tokens}")
-    assert cdiv(computed + 1, bs) == before
-
-
-# ---------------------------------------------------------------- chapter 3
-
-
 def test_step03_q2_a_repeated_32_token_prompt():
     from step02_paged import Engine, EngineConfig
     from step02_paged.kv_pool import KVPool
@@ -627,6 +560,73 @@ def test_step05_q9_loading_or_recomputing():
 
 
 # ---------------------------------------------------------------- chapter 6
+
+
+def test_step05_q10_a_rollback_across_a_block_boundary():
+    from step02_paged.geometry import PoolGeometry, cdiv
+    from step02_paged.kv_cache_manager import KVCacheManager
+    from step03_prefix_hash import PrefixCachingKVCacheManager
+    from step05_bridge.pictures import verify_step
+    from step05_bridge.rollback import rollback as rollback_tokens
+
+    bs, computed, k = 16, 46, 4
+    drafts = [1000 + i for i in range(k)]
+
+    def decoding(kv):
+        """A sequence with `computed` tokens computed and its last sampled one (position `computed`) pending."""
+        seq = kv.new_sequence(0, list(range(computed + 1)), SamplingParams(max_new_tokens=64, **GREEDY))
+        assert kv.allocate_slots(seq, computed)
+        seq.admit(0)
+        seq.advance(computed)
+        kv.on_computed(seq)
+        return seq
+
+    kv = KVCacheManager(PoolGeometry(8, bs))
+    seq = decoding(kv)
+    before = len(seq.block_table)
+    table, counted = verify_step(kv, seq, drafts, [7])  # the model disagrees with the first draft
+    last = len(table) - 1
+    assert counted == computed + k + 1 and len(seq.block_table) == last and kv.block_manager.ref_count[table[last]] == 0
+    says("step05", 10, f"**{k + 1} positions**, {computed}-{computed + k}", f"Position {computed + k} lies in",
+         f"block {last} of the table (positions {last * bs}-{(last + 1) * bs - 1})", f"holds **{len(table)} blocks**",
+         f"({before} before it", f"from {computed} to **{counted}**", f"the counter to **{seq.num_computed_tokens}**",
+         f"need {len(seq.block_table)} blocks", f"block {last} held only the rejected drafts of positions "
+         f"{last * bs}-{computed + k}", f"Slot {seq.num_computed_tokens} (in block {seq.num_computed_tokens // bs})",
+         f"reads the first {seq.num_computed_tokens} positions")
+    kv = KVCacheManager(PoolGeometry(8, bs))
+    seq = decoding(kv)
+    verify_step(kv, seq, drafts, [drafts[0], 7])  # the first draft stands, the second does not
+    c = seq.num_computed_tokens
+    assert len(seq.block_table) == len(table) and c // bs == last
+    says("step05", 10, f"goes back to **{c}**", f"sits at position {c}, in block {last}", f"Slot {c} now holds",
+         f"slots {c + 1} and {computed + k} hold drafts")
+    for rollback in (False, True):  # chapter 3, with and without the rollback: which blocks are published
+        kv = PrefixCachingKVCacheManager(PoolGeometry(8, bs))
+        seq = decoding(kv)
+        seq.spec_token_ids = list(drafts)
+        assert kv.allocate_slots(seq, k + 1)
+        seq.advance(k + 1)
+        seq.spec_token_ids = []
+        if rollback:
+            rollback_tokens(seq, k)
+        kv.on_computed(seq)
+        seq.append_token(7)
+        kv.on_computed(seq)
+        published = [i for i, b in enumerate(seq.block_table) if kv.block_manager.entries[b] is not None]
+        if not rollback:
+            stale = published[-1]
+            assert stale * bs <= computed + 1 <= (stale + 1) * bs, "the last published block holds slot 47"
+            says("step05", 10, f"stay at {seq.num_computed_tokens} while the sequence has {seq.num_tokens} tokens",
+                 f"block {stale} (positions {stale * bs}-{(stale + 1) * bs - 1}) is full",
+                 f"a counter of {seq.num_computed_tokens} says", f"starts with these {seq.num_tokens} tokens")
+        else:
+            assert stale not in published
+            says("step05", 10, f"the counter says {seq.num_computed_tokens}, and block {stale} waits",
+                 f"writes position {seq.num_computed_tokens}")
+    assert cdiv(computed + 1, bs) == before
+
+
+# ---------------------------------------------------------------- chapter 3
 
 
 def test_step06_q1_intensity_and_ridge():

@@ -307,19 +307,19 @@ def test_step02_readme():
     says(path, f"on a shared {cores}-core host", f"Timings on {cores} cores depend on load")
 
 
-def test_step02_speculative():
-    """The speculative decoding section: the engine's defaults, the report's targets, the rollback figure as
-    `pictures.py` draws it, and chapter 6's verify step on the H200 (results/h200_speculative.json)."""
-    from benchmarks.step02 import report
+def test_step05_speculative():
+    """Speculative decoding's unit: the proposer's defaults, the rollback figure as `pictures.py` draws it, what the
+    unit and the chapter take from the committed run (results/speculative.json), and the report's targets."""
+    from benchmarks.step05 import speculative_report as report
     from step05_bridge import SpeculativeConfig
     from step05_bridge.pictures import rollback_figure
 
-    path = "step02_paged/README.md"
+    path = "step05_bridge/04_speculative.md"
     default = SpeculativeConfig(1)
     says(path,
          f"`prompt_lookup_min` and `prompt_lookup_max` ({default.prompt_lookup_min} and {default.prompt_lookup_max})")
-    says(path, f"at least {report.SPEC_TARGET}x the decode tokens/s of plain decoding",
-         f"no more than {report.SPEC_OVERHEAD:.0%} slower where nothing is proposed")
+    says("step05_bridge/README.md", f"at least {report.SPEC_TARGET}x the decode tokens/s of plain decoding",
+         f"no more than {report.SPEC_OVERHEAD:.0%} slower where nothing is")
     figure = rollback_figure()
     during, after = figure.split('"after"', 1)
     block = int(re.search(r'COLSPAN="(\d+)"', figure)[1])
@@ -333,36 +333,13 @@ def test_step02_speculative():
          f"`KVCacheManager` of {block}-token blocks and the prompt-lookup proposer",
          f"the counter goes back from {computed} to {kept}, block {freed[0]} held only rejected",
          f"slot {kept} (red) holds")
-    # chapter 6's verify step on the H200, graph-replayed (the GPU's time)
-    spec = json.loads((REPO_ROOT / "step06_triton" / "results" / "h200_speculative.json").read_text())["verify"]
-    graphs = {(shape, int(context)): run["graph"]["batches"] for shape, runs in spec.items()
-              for context, run in runs.items()}
-    batches = sorted({int(b) for rows in graphs.values() for b in rows})
-    k = max(int(x) for rows in graphs.values() for row in rows.values() for x in row["ratio"])
-    ratio = {(shape, context, int(b)): row["ratio"][str(k)] for (shape, context), rows in graphs.items()
-             for b, row in rows.items()}  # a verify step of 1 + k tokens over a decode step
-    one, eight, most = batches
-    assert all(r - 1 <= 0.05 * k for (_, _, b), r in ratio.items() if b == one), "at batch 1 a row is nearly free"
-    assert all(0.1 <= r - 1 <= 0.5 for (_, _, b), r in ratio.items() if b == eight), \
-        "a tenth to a half of a decode step more at batch 8"
-    assert all((2 <= r < 2.5) == (shape == "llama_3_2_1b") for (shape, _, b), r in ratio.items() if b == most), \
-        "two to two and a half decode steps at batch 64, only for the 1B shape"
-    says(path, f"At batch {one} a row is nearly free",
-         f"where 1 + {k} tokens per sequence cost between a tenth and a half of a decode step more at batch {eight}, "
-         f"and two to two and a half decode steps only at batch {most} of the 1B model's shape")
-
-
-def test_step02_speculative_measured():
-    """What chapter 2's prose takes from the committed speculative run (results/speculative.json)."""
-    from benchmarks.step02 import report
-
-    path = "step02_paged/README.md"
-    run = figures("step02", "speculative")
+    run = figures("step05", "speculative")
     batches = sorted({r["batch"] for r in run["rows"]})
     assert len(batches) == 2 and report.spec_row(run, "edit", batches[0]), "the target's row: `edit` at batch 1"
     says(path, f"on the real model, at batch {batches[0]} and {batches[-1]};",
-         f"plain decoding at batch {batches[0]} on a workload whose answers copy from their prompt")
-
+         f"at batch {batches[-1]} every extra row")
+    says("step05_bridge/README.md",
+         f"plain\ndecoding at batch {batches[0]} on a workload whose answers copy from their prompt")
 
 
 # ---------------------------------------------------------------- chapters 3 to 5: the prefix caches
@@ -1114,7 +1091,7 @@ def test_notebooks():
     says("notebooks/05_bridge.ipynb", f"The `short` workload on the real model, {B}-token blocks",
          f"with {B}-token blocks, and", f"at {B}-token blocks the bridge reuses",
          f"at block sizes {', '.join(map(str, sizes[:-1]))} and {sizes[-1]}")
-    for path, words in (("notebooks/02_paged.ipynb", "({}-token blocks, so that block boundaries come often)"),
+    for path, words in (("notebooks/05_bridge.ipynb", "({}-token blocks, so that block boundaries come often)"),
                         ("notebooks/05_bridge.ipynb", "in {}-token blocks so that drafts cross block boundaries")):
         spec_block = re.search(r"EngineConfig\(num_blocks=\d+, block_size=(\d+)\).*speculative=SpeculativeConfig",
                                _notebook_code(path))[1]  # the speculative section's engine
@@ -1223,22 +1200,22 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
         GIVEN: ("stops after 40 tokens", "three free gaps of 300 tokens cannot hold one request that needs 600",
                 "a 2,000-token prompt runs as", "at `block_size` 1, 16", "and 256?", "after sampling 5 tokens",
                 "a 2,000-token prompt arrives while 7 sequences are decoding and the budget is 512",
-                "took 2 of the 3 blocks", "answers of 10, 20, …, 80 tokens",
-                "Blocks of 16 tokens: a sequence has 46 tokens computed and has just sampled its 47th (position 46), "
-                "and prompt lookup drafts 4 tokens", "rejects all 4 drafts"),
+                "took 2 of the 3 blocks", "answers of 10, 20, …, 80 tokens"),
         FIGURE: ("an 8-block pool: seq 0 holds blocks 0, 1, 4 and seq 1 holds 2, 3, 5", "eight 4-token blocks",
-                 "Seq 0's", "blocks 2 and 3 were seq 1's", "Every held block has ref 1", "the block tables at step 3",
-                 '"is 4 . What"', 'chooses "6" where the draft said "4"',
-                 'the K/V of "4" until the next step writes "6"'),
+                 "Seq 0's", "blocks 2 and 3 were seq 1's", "Every held block has ref 1", "the block tables at step 3"),
         COUNT: ("count to 1", "count reaches 0", "every count is 0 or 1", "its count is 0", "A decode costs 1 token",
                 "back to 0", "to 0 and puts it", "always 0 in this", "in O(1) each, with count 1", "that reached 0",
-                "(O(1):", "O(1) counts", "temperature > 0",
-                "1 + k", "between 1 and k + 1", "row 0, and moves on to row j + 1",
-                "replaces steps 4-6 with `_verify`"),
+                "(O(1):", "O(1) counts", "temperature > 0", "replaces steps 4-6 with `_verify`"),
         SOURCE: ("The default block size on GPUs is 16 tokens", "(page size 1)", "A page size above 1",
-                 "SGLang defaults to 1 and vLLM", "to 16: what",
-                 "min(1, p(x)/q(x)) and otherwise samples from max(0, p − q)", "(2023, github.com/apoorvumang"),
+                 "SGLang defaults to 1 and vLLM", "to 16: what"),
         TESTS: ("(block sizes 1, 4, 16",),
+    },
+    "step05_bridge/04_speculative.md": {
+        FIGURE: ('"is 4 . What"', 'chooses "6" where the draft said "4"',
+                 'the K/V of "4" until the next step writes "6"'),
+        COUNT: ("1 + k", "between 1 and k + 1", "row 0, and moves on to row j + 1", "up to 1 + k tokens",
+                "At batch 1 a row"),
+        SOURCE: ("min(1, p(x)/q(x)) and otherwise samples from max(0, p − q)", "(2023, github.com/apoorvumang"),
     },
     "step03_prefix_hash/README.md": {
         NAME: ("SHA-256", "RFC #16016"),
@@ -1279,12 +1256,15 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "step05_bridge/README.md": {
         NAME: ("SHA-256", "Llama-3-8B"),
+        TESTS: ("(block sizes 1, 4, 16",),
         GIVEN: ("A match ending at token 125",
                 "A first prompt of 48 tokens is cached in blocks 100, 101, 102; a second prompt of 32 tokens shares "
                 "its first 20",
                 "own, 200, and block 101", "blocks 101 and 102 stay cached", "is split after 30",
                 "matches 125 tokens", "recomputes tokens 112..124", "for 8 requests sharing a 2,000-token prompt",
-                "token 20, where the two"),
+                "token 20, where the two",
+                "Blocks of 16 tokens: a sequence has 46\n    tokens computed and has just sampled its 47th "
+                "(position 46), and prompt lookup drafts 4 tokens", "rejects all 4 drafts"),
         FIGURE: ("a device pool of 6 blocks over a host tier of 8. Request 0 finished; requests 1 and 2",
                  "holding request 0's last block", "(16 tokens, 4 blocks)", "keeps the first 12 tokens' blocks",
                  "Request 0, coming back, would find all 16 tokens",
@@ -1335,8 +1315,8 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                  "a 1 is a decode step, or a 1-token", "(steps 2-4)", "- step 1 fills",
                  "seq 2's prompt is cut, and seq 3", "(seq 0 holds blocks 0 and 9)", "only 8 blocks",
                  "With 24 blocks", "With 8 blocks"),
-        COUNT: ("back to 0", "1 + k"),
-        SECTION: ("in sections 1-3", "Section 4 loads"),
+        COUNT: ("back to 0",),
+        SECTION: ("in sections 1-3", "Section 4 draws"),
     },
     "notebooks/03_prefix_hash.ipynb": {
         ROUGH: ("a ~115-token system prompt",),
@@ -1350,7 +1330,7 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "notebooks/05_bridge.ipynb": {
         COUNT: ("ref_count 1)", "(`ref_count` 1)", "k − 1 requests", "(ref 2: the tree and request 3)",
-                "(ref 2 = the tree +"),
+                "(ref 2 = the tree +", "1 + k"),
         FIGURE: ("a block holds 4 of them", "(10 letters) comes with 2 blocks", "shares 7 letters",
                  "[0, 7) owns 1 block", "[7, 12) crosses two boundaries and owns\n2 blocks",
                  "matches 9 letters, and the blocks cover 8 of them", "the same 10-token prompt",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -255,9 +256,29 @@ def test_real_model_copies_with_speculation(real_model, tokenizer):
 
 def test_verify_step_cost_runs_on_the_cpu():
     """The GPU's measurement, in miniature: a verify step of 1 + k tokens against a decode step, per batch size."""
-    from benchmarks.step02.speculative import verify_step_cost
+    from benchmarks.step05.speculative import verify_step_cost
 
     cost = verify_step_cost(MODEL, ks=(1, 3), batch_sizes=(1, 2), context=12, repeats=1)
     assert cost["device"] == "cpu" and cost["context"] == 12 and set(cost["batches"]) == {1, 2}
     for row in cost["batches"].values():
         assert row["decode_ms"] > 0 and set(row["verify_ms"]) == set(row["ratio"]) == {1, 3}
+
+
+def test_speculative_bench_compares_the_same_answers(tokenizer):
+    """The speculative bench on a tiny model with SmolLM2's vocabulary: plain, speculative and nothing-proposed runs
+    of the same requests give the same tokens, and every figure the report reads is there. The layers' outputs are
+    scaled down so that the model mostly repeats its last token: prompt lookup then drafts, and some drafts fail."""
+    from benchmarks.step05.speculative import spec_bench
+
+    model = tiny_model(seed=0, vocab_size=tokenizer.vocab_size, max_position_embeddings=1024)
+    with torch.no_grad():
+        for layer in model.layers:
+            layer.self_attn.o_proj.weight.mul_(0.05)
+            layer.mlp.down_proj.weight.mul_(0.05)
+    f = spec_bench(model, tokenizer, batches=(2,), max_new_tokens=16, repeats=1, workloads=("short",), cost_ks=(1,),
+                   cost_context=8)
+    [row] = f["rows"]
+    assert row["outputs_identical"] and row["workload"] == "short" and row["batch"] == 2
+    assert row["drafts_per_step"] > 0 and 0 < row["acceptance_rate"] < 1, "drafts proposed, verified, some rejected"
+    assert row["nothing_proposed_speedup"] > 0
+    assert set(f["verify_cost"]["batches"]) == {2}

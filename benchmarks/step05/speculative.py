@@ -1,4 +1,4 @@
-"""`python -m course bench step02 --workload speculative`: speculative decoding with prompt lookup against plain
+"""`python -m course bench step05 --workload speculative`: speculative decoding with prompt lookup against plain
 decoding, on the real model, at batch 1 and 8, on a workload whose answers copy from their prompt (`edit`) and on
 the chat workloads (`short`, `batch`).
 
@@ -128,7 +128,7 @@ def spec_bench(model, tokenizer, k: int = 4, batches: tuple[int, ...] = (1, 8), 
         rows.append(row)
     control = [r for r in rows if "nothing_proposed_speedup" in r]
     worst = min(control, key=lambda r: r["nothing_proposed_speedup"]) if control else None
-    return dict(chapter="step02", workload="speculative", num_speculative_tokens=k, max_new_tokens=max_new_tokens,
+    return dict(chapter="step05", workload="speculative", num_speculative_tokens=k, max_new_tokens=max_new_tokens,
                 repeats=repeats, prompt_lookup=[spec.prompt_lookup_min, spec.prompt_lookup_max],
                 rows=rows,
                 nothing_proposed=worst and dict(workload=worst["workload"], batch=worst["batch"],
