@@ -20,13 +20,16 @@ tour: .venv/.installed
 # fixtures run once; tests/conftest.py hands out the longest files first and gives each worker its share of cores.
 XDIST ?= -n 2 --dist loadfile --no-loadscope-reorder
 
-# The layers first (pyproject.toml's import-linter contract: command line > benchmarks > chapters > shared plumbing).
+# The layers first (pyproject.toml's import-linter contract: command line > benchmarks > chapters > shared plumbing),
+# then the attention contract's types (pyproject.toml's [tool.mypy]: the contract and every backend that follows it).
 test: .venv/.installed
 	.venv/bin/lint-imports --no-cache
+	.venv/bin/mypy
 	$(PY) -m pytest -q $(XDIST) --nbmake tests notebooks
 
 test-fast: .venv/.installed
 	.venv/bin/lint-imports --no-cache
+	.venv/bin/mypy
 	$(PY) -m pytest -q $(XDIST) -m "not slow" tests
 
 # The stress and fault probe, long (make test runs a short one): 1,300 random requests through each of the 38

@@ -6,7 +6,7 @@ paged pool and calls it with a padded batch; only where K/V live changes, never 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -53,16 +53,6 @@ class KVStore(Protocol):
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Store this step's k, v for `layer`, then attend q over everything stored so far."""
-        ...
-
-
-class AttentionBackend(Protocol):
-    """How an engine (chapter 2 on) gets the KVStore of one step: chapter 2's `PagedAttention` gathers with
-    tensor indexing, chapter 6's `TritonPagedAttention` runs kernels. `for_step` reads the step's batch once
-    (positions, slot mapping, block tables) and returns the store that every layer of the forward attends
-    through. Any class with this method plugs in; none inherits from another."""
-
-    def for_step(self, pool: Any, batch: Any) -> KVStore:
         ...
 
 

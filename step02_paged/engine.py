@@ -15,22 +15,24 @@ An engine that extends this one overrides a step's parts (`step`, `_prepare`, `_
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from step01_kvcache.attention import AttentionBackend
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
 from step01_kvcache.request import SamplingParams, validate_prompt
 from step01_kvcache.sampling import sample
 
+from .attention_backend import AttentionBackend
 from .block_table import BlockTable
 from .cache_manager import CacheManager
 from .config import EngineConfig
-from .forward_batch import ForwardBatch, decodes_first
+from .forward_batch import CascadeGroup, ForwardBatch, decodes_first
 from .geometry import PoolGeometry, cdiv
 from .kv_cache_manager import KVCacheManager
 from .kv_pool import KVPool
@@ -69,23 +71,33 @@ class EngineStats:
         return 1 - self.filled_slot_steps / self.allocated_slot_steps if self.allocated_slot_steps else 0.0
 
 
+class CascadePolicy(Protocol):
+    """Groups a step's decode rows (in batch order) by a prefix they share, from what the cache manager counts."""
+
+    def groups(self, decodes: list[Sequence], cache_manager: CacheManager) -> tuple[CascadeGroup, ...]:
+        ...
+
+
 class Engine:
     """One engine for every chapter; two seams choose what it runs on, and a policy the order of admission.
 
     `manager` builds the cache manager from the pool: any callable `(geometry, pool) -> CacheManager`, usually the
     manager class itself (chapter 2's KVCacheManager pages without caching). `attention` is the attention backend
-    (chapter 1's `AttentionBackend`): `for_step(pool, batch)` returns the step's KV store. `policy` orders the
+    (attention_backend.py's contract): `for_step(pool, batch)` returns the step's KV store. `policy` orders the
     waiting queue before each admission (the scheduler's `Policy`; by default first come, first served); it
     belongs to this engine alone, since it may keep state. `runner` makes the one object that runs the model
     (`ModelRunner`: eager; chapter 6 replays CUDA graphs). `pool` builds the KV pool from the model's config, the
-    geometry, the model's dtype and device (`KVPool`: K/V in the model's dtype; a pool may store them otherwise)."""
+    geometry, the model's dtype and device (`KVPool`: K/V in the model's dtype; a pool may store them otherwise).
+    `cascade` groups each step's decode rows by a prefix they share, for a backend that reads it once (chapter 6's
+    `CascadePolicy`); None: no groups, every row reads its whole context."""
 
     def __init__(self, model: Transformer, config: EngineConfig = EngineConfig(),
                  manager: Callable[[PoolGeometry, KVPool], CacheManager] = KVCacheManager,
                  attention: AttentionBackend = PagedAttention, policy: Policy | None = None,
                  runner: Callable[[Transformer, AttentionBackend, KVPool], ModelRunner] = ModelRunner,
-                 pool: Callable[[ModelConfig, PoolGeometry, torch.dtype, torch.device], KVPool] = KVPool) -> None:
-        self.model, self.config, self.attention = model, config, attention
+                 pool: Callable[[ModelConfig, PoolGeometry, torch.dtype, torch.device], KVPool] = KVPool,
+                 cascade: CascadePolicy | None = None) -> None:
+        self.model, self.config, self.attention, self.cascade = model, config, attention, cascade
         geometry = config.geometry
         self.pool = pool(model.config, geometry, model.dtype, model.device)
         self.cache_manager = manager(geometry, self.pool)
@@ -177,6 +189,9 @@ class Engine:
         rows = [i for i, (s, n) in enumerate(batch) if n == s.num_pending_tokens]
         forward_batch = ForwardBatch.build(seqs, [n for _, n in batch], self.block_table, self.config.block_size,
                                            rows, token_ids)
+        if self.cascade is not None:
+            groups = self.cascade.groups(seqs[: forward_batch.num_decodes], self.cache_manager)
+            forward_batch = dataclasses.replace(forward_batch, cascade=groups)
         return forward_batch, [seqs[i] for i in rows]
 
     def _advance(self, batch: list[tuple[Sequence, int]]) -> None:

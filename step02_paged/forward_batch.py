@@ -21,6 +21,15 @@ from .slot_mapping import block_table_tensor, flat_batch, slot_mapping
 
 
 @dataclass(frozen=True)
+class CascadeGroup:
+    """Decode rows (indices into the step's batch) whose block tables start with the same `prefix_len` tokens: a
+    backend may read that prefix once for all of them (chapter 6's cascade attention)."""
+
+    rows: tuple[int, ...]
+    prefix_len: int
+
+
+@dataclass(frozen=True)
 class ForwardBatch:
     input_ids: torch.Tensor  # [T] token ids of the step, sequence after sequence
     positions: torch.Tensor  # [T] absolute position of each token (RoPE)
@@ -35,6 +44,7 @@ class ForwardBatch:
     num_decodes: int  # the first num_decodes sequences run a single token each
     num_computed: tuple[int, ...]  # host copies: tokens each sequence had computed before the step
     num_new: tuple[int, ...]  # and the tokens it runs now
+    cascade: tuple[CascadeGroup, ...] = ()  # decode rows sharing a prefix (an engine's cascade policy); () = none
 
     @property
     def num_seqs(self) -> int:

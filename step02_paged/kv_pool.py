@@ -35,6 +35,11 @@ class KVPool:
         an FP8 pool's per-token scales): whoever copies a block elsewhere copies these too."""
         return ()
 
+    def layer_scales(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The scales a quantized pool keeps beside `layer`'s K and V (k_scale, v_scale), for kernels that read the
+        pool in place; None: K/V are stored in the model's dtype, as here."""
+        return None
+
     def _flat(self, cache: torch.Tensor, layer: int) -> torch.Tensor:
         return cache[layer].view(-1, cache.shape[-2], cache.shape[-1])  # [num_slots, heads, dim]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from step01_kvcache.attention import AttentionBackend
 from step01_kvcache.model import Transformer
 
+from .attention_backend import AttentionBackend
 from .forward_batch import ForwardBatch
 from .kv_pool import KVPool
 

@@ -10,11 +10,13 @@ padded tensor costs O(context) per step: that is this backend's price, which cha
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from step01_kvcache.attention import attention
 
+from .attention_backend import AttentionBackend
 from .forward_batch import ForwardBatch
 from .kv_pool import KVPool
 from .slot_mapping import context_slots
@@ -32,8 +34,8 @@ class PrefillSpan:
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # [T] where each new token's K/V is stored
     num_decodes: int  # the first num_decodes rows are single-token sequences
-    decode_slots: torch.Tensor | None  # [num_decodes, max_context]
-    decode_mask: torch.Tensor | None  # [num_decodes, 1, max_context], True = padding beyond a context
+    decode_slots: torch.Tensor  # [num_decodes, max_context] (empty without decodes)
+    decode_mask: torch.Tensor  # [num_decodes, 1, max_context], True = padding beyond a context
     prefills: tuple[PrefillSpan, ...]
 
     @classmethod
@@ -41,11 +43,9 @@ class AttentionMetadata:
         """Context slots and masks of every sequence of the step, from the batch's block tables."""
         d, device, bs = batch.num_decodes, batch.positions.device, batch.block_size
         tables = batch.block_tables()
-        decode_slots = decode_mask = None
-        if d:
-            width = max(c + 1 for c in batch.num_computed[:d])
-            decode_slots = context_slots(tables[:d], width, bs)
-            decode_mask = (torch.arange(width, device=device)[None, :] >= batch.seq_lens[:d, None]).unsqueeze(1)
+        width = max((c + 1 for c in batch.num_computed[:d]), default=0)
+        decode_slots = context_slots(tables[:d], width, bs)
+        decode_mask = (torch.arange(width, device=device)[None, :] >= batch.seq_lens[:d, None]).unsqueeze(1)
         prefills = []
         start = d
         for i in range(d, batch.num_seqs):
@@ -84,3 +84,7 @@ class PagedAttention:
             parts.append(attention(q[span.start: span.end], keys, values, span.mask))
         return parts[0] if len(parts) == 1 else torch.cat(parts)
         # END SOLUTION
+
+
+if TYPE_CHECKING:  # the contract, checked by mypy (make test)
+    _backend: AttentionBackend = PagedAttention

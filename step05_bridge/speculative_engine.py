@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from step01_kvcache.attention import AttentionBackend
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.model import Transformer
+from step02_paged.attention_backend import AttentionBackend
 from step02_paged.cache_manager import CacheManager
 from step02_paged.config import EngineConfig
 from step02_paged.engine import Engine, EngineStats, RequestOutput

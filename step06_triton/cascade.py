@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from step02_paged.forward_batch import ForwardBatch
+from step02_paged.forward_batch import CascadeGroup
 from step02_paged.geometry import cdiv
 
 from .decode_attention import (
@@ -54,14 +54,6 @@ PREFIX_TILE = {64: (64, 64, 4), 128: (64, 64, 4)}  # head_dim -> (BLOCK_M, BLOCK
 PREFIX_PROGRAMS_PER_SM = 4  # the prefix's keys are split until the pass has about this many programs per SM
 MIN_PREFIX_SPLIT = 256  # tokens: a shorter split costs more in partial outputs than it gains in parallelism
 MAX_PREFIX_SPLITS = 16
-
-
-@dataclass(frozen=True)
-class CascadeGroup:
-    """Decode rows (indices into the step's batch) whose block tables start with the same `prefix_len` tokens."""
-
-    rows: tuple[int, ...]
-    prefix_len: int
 
 
 @triton.jit
@@ -293,14 +285,3 @@ def cascade_reference(q: torch.Tensor, keys: list[tuple[torch.Tensor, torch.Tens
         o, lse = attention_with_lse(q[r: r + 1], k[start[r]:], v[start[r]:])
         out[r] = merge_attention([(o[0], lse[0])] + ([prefix[r]] if r in prefix else []))
     return out
-
-
-@dataclass(frozen=True)
-class CascadeBatch(ForwardBatch):
-    """A step's `ForwardBatch` and its cascade: groups of decode rows that share a prefix (empty: plain decode)."""
-
-    cascade: tuple[CascadeGroup, ...] = ()
-
-    @classmethod
-    def of(cls, batch: ForwardBatch, groups: Sequence[CascadeGroup]) -> CascadeBatch:
-        return cls(**{f.name: getattr(batch, f.name) for f in fields(batch)}, cascade=tuple(groups))

@@ -29,13 +29,13 @@ from collections import Counter
 
 import torch
 
-from step01_kvcache.attention import AttentionBackend
 from step01_kvcache.model import Transformer
+from step02_paged.attention_backend import AttentionBackend
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.kv_pool import KVPool
 from step02_paged.model_runner import ModelRunner
 
-from .cascade import CascadeBatch, CascadeGrid, CascadeMetadata, cascade_suffix_lens
+from .cascade import CascadeGrid, CascadeMetadata, cascade_suffix_lens
 from .decode_attention import split_bucket, split_buckets
 from .fusion import fused_decode
 from .triton_attention import TritonMetadata, TritonPagedAttention
@@ -94,7 +94,9 @@ class CUDAGraphRunner(ModelRunner):
                                                                 grid=grid)
                     kinds.insert(0, ("cascade", b, s))
         mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
-        with fused_decode(self.model) if self.fuse else contextlib.nullcontext([]) as fused_weights:
+        weights: contextlib.AbstractContextManager[list] = fused_decode(self.model) if self.fuse else \
+            contextlib.nullcontext([])
+        with weights as fused_weights:
             self.fused_weights = fused_weights  # the graphs read them: they live as long as the graphs
             for key in kinds:
                 self._forward(*key)  # compile the kernels and warm up outside the capture (slot -1)
@@ -129,7 +131,7 @@ class CUDAGraphRunner(ModelRunner):
             return None
         if batch.num_decodes == n and n <= self.max_batch:
             size = next(b for b in self.decode_sizes if b >= n)
-            if isinstance(batch, CascadeBatch) and batch.cascade:
+            if batch.cascade:
                 suffix = cascade_suffix_lens(batch.cascade, batch.context_lens)
                 splits = split_bucket(self.split_axes, int(suffix.max()))
                 if (size, splits) in self.cascades:

@@ -19,7 +19,7 @@ from step04_radix import RadixKVCacheManager
 from step04_radix.policy import make_policy
 from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager, SpeculativeConfig, SpeculativeEngine
 
-from .cascade_engine import MIN_SEQS, MIN_TOKENS, CascadeEngine, CascadeOverlapEngine
+from .cascade_policy import MIN_SEQS, MIN_TOKENS, CascadePolicy
 from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
 from .fp8_pool import KVScales, kv_pool
 from .overlap import OverlapEngine, check_no_speculation
@@ -68,6 +68,8 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     if cascade and speculative:
         raise ValueError("cascade attention with speculative decoding is not built: a verify step's rows read the "
                          "shared prefix at several positions; use cascade=False or num_speculative_tokens=0")
+    # a ValueError names a bad threshold
+    prefix_groups = CascadePolicy(cascade_min_tokens, cascade_min_seqs) if cascade else None
     pool = kv_pool(kv_cache_dtype, kv_scales)  # a ValueError names the dtypes
     order = make_policy(policy)  # a ValueError names the policies; the engine's scheduler checks the pairing
     engine_config = EngineConfig(**config)
@@ -75,13 +77,10 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         PREFIX_CACHES[prefix_cache]
     runner = functools.partial(CUDAGraphRunner, fuse=fuse) if cuda_graphs else ModelRunner
     args = (model, engine_config, manager, BACKENDS[attention_backend], order, runner)
-    if cascade:
-        engine = (CascadeOverlapEngine if overlap else CascadeEngine)(
-            *args, cascade_min_tokens=cascade_min_tokens, cascade_min_seqs=cascade_min_seqs, pool=pool)
-    elif speculative:
+    if speculative:
         engine = SpeculativeEngine(*args, pool=pool, speculative=speculative)
     else:
-        engine = (OverlapEngine if overlap else Engine)(*args, pool=pool)
+        engine = (OverlapEngine if overlap else Engine)(*args, pool=pool, cascade=prefix_groups)
     if cuda_graphs:
         engine.runner.capture(engine.block_table.device_table, engine.config.max_num_seqs,
                               max_extend=min(EXTEND_SIZES[-1], engine.config.max_num_batched_tokens),

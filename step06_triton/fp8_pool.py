@@ -132,6 +132,11 @@ class FP8KVPool(KVPool):
             self.k_scale, self.v_scale = k, v
         self.granularity = "token" if self.dynamic else scales.granularity
 
+    def layer_scales(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's scales for the kernels: per token and head ([num_blocks, block_size, heads]), or static
+        ([heads or 1])."""
+        return self.k_scale[layer], self.v_scale[layer]
+
     def per_slot_tensors(self) -> tuple[torch.Tensor, ...]:
         """The dynamic scales: a block moves with them, or it is read back with another block's scales."""
         return (self.k_scale, self.v_scale) if self.dynamic else ()

@@ -12,16 +12,17 @@ through the block table.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from step02_paged.forward_batch import ForwardBatch
+from step02_paged.attention_backend import AttentionBackend
+from step02_paged.forward_batch import CascadeGroup, ForwardBatch
 from step02_paged.kv_pool import KVPool
 
-from .cascade import CascadeBatch, CascadeGroup, CascadeMetadata, cascade_decode_attention
+from .cascade import CascadeMetadata, cascade_decode_attention
 from .decode_attention import Partials, num_kv_splits, paged_decode_attention
 from .extend_attention import extend_attention
-from .fp8_pool import FP8KVPool
 from .store_kvcache import store_kvcache
 
 
@@ -41,22 +42,15 @@ class TritonMetadata:
     @classmethod
     def from_batch(cls, batch: ForwardBatch) -> TritonMetadata:
         """Views of the batch's device tensors; the grid's split bound from a host-side length (never read back);
-        a `CascadeBatch`'s groups."""
+        the batch's cascade groups, if its engine holds a cascade policy."""
         d = batch.num_decodes
         chunks = batch.num_new[d:]
         decode_lens = tuple(batch.context_lens[:d])
         max_splits = num_kv_splits(max(decode_lens)) if d else 1
         qsl = batch.query_start_loc[d:] - batch.query_start_loc[d]
-        cascade = batch.cascade if isinstance(batch, CascadeBatch) else ()
         return cls(batch.slot_mapping, batch.block_tables(), batch.seq_lens.to(torch.int32), qsl, d,
-                   max(chunks, default=0), max_splits, cascade, decode_lens,
+                   max(chunks, default=0), max_splits, batch.cascade, decode_lens,
                    max(batch.num_computed[d:], default=0))
-
-
-def layer_scales(pool: KVPool, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """An FP8 pool's scales of one layer (k_scale, v_scale: per token and head, or static), for the kernels; None
-    for a pool in the model's dtype."""
-    return (pool.k_scale[layer], pool.v_scale[layer]) if isinstance(pool, FP8KVPool) else None
 
 
 class TritonPagedAttention:
@@ -73,7 +67,7 @@ class TritonPagedAttention:
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         md, k_cache, v_cache = self.md, self.pool.k[layer], self.pool.v[layer]
-        scales = layer_scales(self.pool, layer)
+        scales = self.pool.layer_scales(layer)  # an FP8 pool's, or None
         store_kvcache(k, v, k_cache, v_cache, md.slot_mapping, scales)
         out = torch.empty_like(q)
         d = md.num_decodes
@@ -92,3 +86,7 @@ class TritonPagedAttention:
             extend_attention(q[d:], k_cache, v_cache, md.block_table[d:], md.query_start_loc, md.seq_lens[d:],
                              md.max_query_len, out=out[d:], max_prefix_len=md.max_prefix_len, kv_scales=scales)
         return out.view(q.shape[0], -1)
+
+
+if TYPE_CHECKING:  # the contract, checked by mypy (make test)
+    _backend: AttentionBackend = TritonPagedAttention

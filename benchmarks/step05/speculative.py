@@ -20,8 +20,8 @@ from statistics import median
 
 import torch
 
-from step01_kvcache.attention import AttentionBackend
 from step01_kvcache.generate import SamplingParams
+from step02_paged.attention_backend import AttentionBackend
 from step02_paged.config import EngineConfig
 from step02_paged.engine import Engine
 from step02_paged.forward_batch import ForwardBatch

@@ -38,7 +38,7 @@ from step06_triton.cascade import (
     cascade_decode_attention,
     cascade_suffix_lens,
 )
-from step06_triton.cascade_engine import MIN_SEQS
+from step06_triton.cascade_policy import MIN_SEQS
 from step06_triton.decode_attention import num_kv_splits, paged_decode_attention, split_bucket, split_buckets
 from step06_triton.engine import make_engine
 

@@ -620,7 +620,7 @@ def test_step06_theory():
 
     from benchmarks.step06.kernels import HEADS, RAGGED, UNIFORM_SHAPES
     from step06_triton import cascade as cascade_kernels
-    from step06_triton import cascade_engine, cuda_graph, decode_attention, extend_attention
+    from step06_triton import cascade_policy, cuda_graph, decode_attention, extend_attention
     from step06_triton.cascade import CascadeGrid
 
     path = CHAPTER6
@@ -697,16 +697,16 @@ def test_step06_theory():
     says_in(path, f"With {batch} sequences behind {prefix:,} shared tokens and {own[0]}-{own[1]} tokens of their own, "
                f"plain decode reads about\n{batch * (prefix + mean_own) / 1e6:.2f} M tokens' K/V",
          f"cascade about {(prefix + batch * mean_own) / 1e3:.0f} k")
-    says_in(path, f"decode rows ({cascade_engine.MIN_SEQS}) sharing", f"tokens ({cascade_engine.MIN_TOKENS}, vLLM's "
+    says_in(path, f"decode rows ({cascade_policy.MIN_SEQS}) sharing", f"tokens ({cascade_policy.MIN_TOKENS}, vLLM's "
          "threshold)")
     group = S["num_heads"] // S["num_kv_heads"]
     buckets = decode_attention.split_buckets(S["max_position_embeddings"])
     kv, one_axis, axis = S["num_kv_heads"], buckets[-1], row["graph_suffix_splits"]
-    grid = CascadeGrid.for_batch(batch, group, cascade_engine.MIN_SEQS, S["head_dim"], splits=one_axis)
+    grid = CascadeGrid.for_batch(batch, group, cascade_policy.MIN_SEQS, S["head_dim"], splits=one_axis)
     assert grid.prefix_splits == cascade_kernels.MAX_PREFIX_SPLITS
     assert axis == decode_attention.split_bucket(buckets, own[1])
     big = _cascade()["attention"]["llama_3_2_1b"]
-    says_in(path, f"tiles for any groups of {cascade_engine.MIN_SEQS} or more rows, {grid.prefix_splits} prefix splits",
+    says_in(path, f"tiles for any groups of {cascade_policy.MIN_SEQS} or more rows, {grid.prefix_splits} prefix splits",
          f"At {batch}\nrows of SmolLM2's heads a captured step launches {kv} × {grid.tiles} tiles × "
          f"{grid.prefix_splits} splits = {kv * grid.tiles * grid.prefix_splits:,} prefix programs",
          f"needs {kv} × {row['tiles']} × {row['prefix_splits'][0]} = {kv * row['tiles'] * row['prefix_splits'][0]:,}",
