@@ -38,7 +38,6 @@ from step02_paged.geometry import cdiv
 from .decode_attention import (
     LOG2E,
     Partials,
-    _sm_count,
     attend_tile,
     check_decode_inputs,
     compute_q,
@@ -48,6 +47,7 @@ from .decode_attention import (
     store_partial,
     values,
 )
+from .launch import sm_count
 from .store_kvcache import kernel_scales
 
 PREFIX_TILE = {64: (64, 64, 4), 128: (64, 64, 4)}  # head_dim -> (BLOCK_M, BLOCK_N, num_warps) of the prefix pass
@@ -188,7 +188,7 @@ class CascadeMetadata:
         kv_start, slot_base = np.zeros(B, np.int64), np.zeros(B, np.int64)
         tiles_per_group = [cdiv(len(grp.rows) * group_heads, block_m) for grp in groups]
         total_tiles = sum(tiles_per_group)
-        target = PREFIX_PROGRAMS_PER_SM * (num_sms or _sm_count(torch.device(device)))
+        target = PREFIX_PROGRAMS_PER_SM * (num_sms or sm_count(torch.device(device)))
         max_prefix_splits = grid.prefix_splits if grid else MAX_PREFIX_SPLITS
         splits, split_len = [], []
         for grp in groups:

@@ -26,7 +26,6 @@ stride). A tile of BLOCK_N tokens may span several blocks (BLOCK_SIZE = 1 is SGL
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -37,11 +36,13 @@ import triton.language as tl
 from step02_paged.geometry import cdiv
 
 from . import fp8_pool
+from .launch import H200_SMS, check_attention_inputs, sm_count
 from .store_kvcache import kernel_scales
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): exp2 is the fast hardware instruction
 PROGRAMS_PER_SM = 16  # ragged batches: splits of equal work, this many per SM, so the last ends soon after the rest
 FILL_PER_SM = 4  # near-uniform batches: split only until there are this many programs per SM
+NEAR_UNIFORM = tl.constexpr(4)  # near-uniform: the shortest context is at least NEAR_UNIFORM / 5 of the longest
 MIN_SPLIT_LEN = 512  # tokens: shorter splits cost more in partial outputs and merging than they win
 MAX_SPLITS = 64  # the merge holds every split of a head in registers
 # head_dim -> (BLOCK_N, num_warps), from `python -m benchmarks.step06.kernels --part sweep`
@@ -170,7 +171,7 @@ def split_plan(seq_lens_ptr, batch, seq_len, max_splits, min_split_len, target_p
         total += tl.sum(lens.to(tl.int64))
         longest = tl.maximum(longest, tl.max(lens))
         shortest = tl.minimum(shortest, tl.min(tl.where(offs < batch, lens, 2**31 - 1)))
-    if shortest.to(tl.int64) * 5 >= longest.to(tl.int64) * 4:  # equal programs already: split only to fill the GPU
+    if shortest.to(tl.int64) * 5 >= longest.to(tl.int64) * NEAR_UNIFORM:  # equal programs already: only fill the GPU
         wanted = tl.maximum(fill_programs // (batch * H_KV), 1)
     else:  # ragged: pieces of about equal length, whatever the sequence
         split_len = tl.maximum(tl.cdiv(total * H_KV, target_programs), min_split_len)
@@ -283,13 +284,6 @@ def _merge_splits_kernel(
     tl.store(o_ptr + b * stride_o_b + head * HEAD_DIM + dims, out.to(o_ptr.dtype.element_ty))
 
 
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 132  # an H200's: under the interpreter the rule splits as it would on the GPU the course measures
-
-
 def num_kv_splits(max_seq_len: int, min_split_len: int = MIN_SPLIT_LEN) -> int:
     """The grid's split axis: the most splits `split_plan` gives any sequence of at most `max_seq_len` tokens.
     A host integer from a host integer, no GPU read: in eager mode the batch's longest context; a CUDA graph
@@ -316,12 +310,12 @@ def split_bucket(buckets: list[int], max_seq_len: int) -> int:
 
 
 def split_plan_host(seq_lens: list[int], num_kv_heads: int, max_splits: int, block_n: int = 64,
-                    num_sms: int = 132, min_split_len: int = MIN_SPLIT_LEN) -> list[tuple[int, int]]:
+                    num_sms: int = H200_SMS, min_split_len: int = MIN_SPLIT_LEN) -> list[tuple[int, int]]:
     """`split_plan` in Python, for the lesson and the tests: (splits, tokens per split) per sequence."""
     batch, total = len(seq_lens), sum(seq_lens)
     plan = []
     for n in seq_lens:
-        if min(seq_lens) * 5 >= max(seq_lens) * 4:
+        if min(seq_lens) * 5 >= max(seq_lens) * NEAR_UNIFORM.value:
             wanted = max(FILL_PER_SM * num_sms // (batch * num_kv_heads), 1)
         else:
             wanted = cdiv(n, max(cdiv(total * num_kv_heads, PROGRAMS_PER_SM * num_sms), min_split_len))
@@ -355,24 +349,11 @@ class Partials:
 
 def check_decode_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
                         seq_lens: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    """Shapes and strides the decode kernels rely on (a ValueError that says which is wrong); returns `out`, made
-    like q when not given."""
-    B, Hq, D = q.shape
-    _, _, Hkv, Dk = k_cache.shape
-    if Dk != D or v_cache.shape != k_cache.shape:
-        raise ValueError(f"q head_dim {D} vs pool {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"{Hq} query heads cannot be grouped over {Hkv} KV heads")
-    if D & (D - 1) or D < 16:
-        raise ValueError(f"head_dim must be a power of two >= 16, got {D}")
-    if block_table.shape[0] != B or seq_lens.shape != (B,):
-        raise ValueError(f"block_table {tuple(block_table.shape)} / seq_lens {tuple(seq_lens.shape)} vs batch {B}")
-    if q.stride(-1) != 1 or q.stride(-2) != D or block_table.stride(-1) != 1:
-        raise ValueError("q must be [B, H_q, D] with contiguous heads; block_table rows contiguous")
-    out = torch.empty_like(q) if out is None else out
-    if out.shape != q.shape or out.stride(-1) != 1 or out.stride(-2) != D:
-        raise ValueError(f"out must be [B, H_q, D] like q with contiguous heads, got {tuple(out.shape)}")
-    return out
+    """The shared checks (launch.py) for a decode batch q [B, H_q, D] with one context length per row; returns
+    `out`, made like q when not given."""
+    if seq_lens.shape != (q.shape[0],):
+        raise ValueError(f"seq_lens {tuple(seq_lens.shape)} vs batch {q.shape[0]}")
+    return check_attention_inputs(q, k_cache, v_cache, block_table, q.shape[0], out)
 
 
 def decode_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
@@ -392,7 +373,7 @@ def decode_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
         raise ValueError(f"max_splits must be in 1..{MAX_SPLITS}, got {max_splits}")
     suffix = kv_start is not None
     k_scale, v_scale, scale_slot, scale_head = kernel_scales(k_cache, kv_scales)
-    sms = num_sms or _sm_count(q.device)
+    sms = num_sms or sm_count(q.device)
     tile_n, warps = (DECODE_TILE_FP8 if k_cache.dtype == fp8_pool.FP8 else DECODE_TILE).get(D, (64, 4))
     group = Hq // Hkv
     _decode_split_kernel[(Hkv, B, max_splits)](

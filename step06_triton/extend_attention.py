@@ -33,13 +33,13 @@ import triton.language as tl
 from .decode_attention import (
     LOG2E,
     Partials,
-    _sm_count,
     attend_tile,
     compute_q,
     merge_partials,
     store_partial,
     values,
 )
+from .launch import check_attention_inputs, sm_count
 from .store_kvcache import kernel_scales
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages), the best of `bench.py --part sweep` on an H200. 128-row tiles reuse
@@ -157,21 +157,12 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     integer; by default the block table's width) sets the split rule (`extend_splits`), or `splits` the grid's
     split axis itself. A float8_e4m3fn pool takes its layer's `kv_scales` (store_kvcache.py's `scale_layout`)."""
     T, Hq, D = q.shape
-    _, block_size, Hkv, Dk = k_cache.shape
+    _, block_size, Hkv, _ = k_cache.shape
     B = seq_lens.shape[0]
-    if Dk != D or v_cache.shape != k_cache.shape:
-        raise ValueError(f"q head_dim {D} vs pool {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
-    if Hq % Hkv:
-        raise ValueError(f"{Hq} query heads cannot be grouped over {Hkv} KV heads")
-    if D & (D - 1) or D < 16:
-        raise ValueError(f"head_dim must be a power of two >= 16, got {D}")
-    if query_start_loc.shape != (B + 1,) or block_table.shape[0] != B:
-        raise ValueError(f"query_start_loc {tuple(query_start_loc.shape)} / block_table "
-                         f"{tuple(block_table.shape)} do not match {B} sequences")
-    if q.stride(-1) != 1 or q.stride(-2) != D or block_table.stride(-1) != 1:
-        raise ValueError("q must be [T, H_q, D] with contiguous heads; block_table rows contiguous")
+    if query_start_loc.shape != (B + 1,):
+        raise ValueError(f"query_start_loc {tuple(query_start_loc.shape)} does not match {B} sequences")
+    out = check_attention_inputs(q, k_cache, v_cache, block_table, B, out)
     k_scale, v_scale, scale_slot, scale_head = kernel_scales(k_cache, kv_scales)
-    out = torch.empty_like(q) if out is None else out
     if T == 0:
         return out
     tile = LONG_CHUNK_TILE if T >= LONG_CHUNK * B else SHORT_CHUNK_TILE
@@ -179,7 +170,7 @@ def extend_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                                                zip((block_m, block_n, num_warps, num_stages), tile))
     if splits is None:
         longest = block_table.shape[1] * block_size if max_prefix_len is None else max_prefix_len
-        splits = extend_splits(B, max_query_len, longest, Hq, block_m, _sm_count(q.device), min_split_len)
+        splits = extend_splits(B, max_query_len, longest, Hq, block_m, sm_count(q.device), min_split_len)
     if not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"splits must be in 1..{MAX_SPLITS}, got {splits}")
     partials = Partials.empty(T, Hq, D, splits, q.device) if splits > 1 else Partials.empty(0, Hq, D, 1, q.device)

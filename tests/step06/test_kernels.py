@@ -133,6 +133,21 @@ SPLIT_ALL = dict(min_split_len=16, num_sms=1, block_n=16)
 
 @pytest.mark.task("task6.address")
 @pytest.mark.task("task6.online_softmax")
+def test_device_and_host_split_rules_agree_on_a_sweep():
+    """One rule, two callers: the kernels' `split_plan` and the host's `split_plan_host` (the lesson's, the graph
+    runner's buckets') give every context length of a sweep the same plan, ragged and near-uniform, split-bound or
+    not, on a small GPU and on an H200's 132 SMs."""
+    ragged = list(range(0, 2049, 3))  # 683 sequences, every third length: each is planned against the same total
+    pairs = [[n, n * r // 10] for n in range(1, 2049, 131) for r in (9, 8, 7)]  # near-uniform, the edge, ragged
+    for lengths in (ragged, *pairs):
+        for max_splits, num_sms in ((4, 2), (MAX_SPLITS, 132)):
+            seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
+            plan = torch.full((len(lengths), 2), -1, dtype=torch.int64, device=DEVICE)
+            _plan_kernel[(len(lengths),)](seq_lens, plan, len(lengths), max_splits, 16, num_sms, H_KV=2, BLOCK_N=16)
+            assert [tuple(r) for r in plan.tolist()] == split_plan_host(lengths, 2, max_splits, 16, num_sms, 16), \
+                f"the device and the host split {lengths[:4]}... differently"
+
+
 @pytest.mark.task("task6.merge")
 @pytest.mark.parametrize("block_size", [1, 16])
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
