@@ -296,6 +296,18 @@ def test_step02_q7_seat_steps():
          f"**{len(lengths) * steps - sum(lengths)}**", f"**{seat_steps - sum(lengths)}** seat-steps")
 
 
+def test_step02_q8_block_table_rewrites():
+    from benchmarks.step02.host import CONTEXTS, SEQS
+
+    assert f"{SEQS} sequences of {CONTEXTS[-1]:,} tokens" in question_texts("step02_paged")[8], "the host bench's"
+    longest, shortest = CONTEXTS[-1], CONTEXTS[0]
+    row = cdiv(longest, 16)
+    says("step02", 8, f"{longest:,}-token sequence's row has {row:,} entries",
+         f"{SEQS} × {row:,} = **{SEQS * row:,} entries per step**", f"{SEQS} / 16 = **{SEQS // 16} entries per step**",
+         f"**{SEQS * longest:,} per step**, against **{SEQS}**", f"{longest // shortest} times more at {longest:,}",
+         f"than at {shortest}", f"({SEQS * cdiv(shortest, 16):,} entries per step at block size 16)")
+
+
 def test_step03_q2_a_repeated_32_token_prompt():
     from step02_paged import Engine, EngineConfig
     from step02_paged.kv_pool import KVPool

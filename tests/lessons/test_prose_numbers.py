@@ -275,36 +275,39 @@ def test_step02_readme():
     from benchmarks.step02.host import CONTEXTS, SEQS
     from step02_paged.config import EngineConfig
 
-    path = "step02_paged/README.md"
+    path = "step02_paged/"  # the README, its units and its results page
     default = EngineConfig()
     bs = default.block_size
-    says(path, f"not by the block size ({bs})", f"at block size {bs})",
-         f"at most {default.max_num_seqs * (bs - 1)} slots are unfilled",  # eight running sequences: the seats
-         f"would make a 2,000-token prompt take {-(-2000 // bs)}", f"up to {bs - 1} unfilled slots per sequence",
-         f"SmolLM2 stores {S['num_kv_heads']} heads instead of {S['num_heads']}",
-         "16-token block holds", f"bytes ({bs * kv_bytes() / MIB:.1f} MiB): {bs} tokens of chapter 1's",
-         f"{kv_bytes():,} bytes per token")
+    says_in(path, f"not by the block size ({bs})", f"at block size {bs})",
+            f"at most {default.max_num_seqs * (bs - 1)} slots are unfilled",  # eight running sequences: the seats
+            f"would make a 2,000-token prompt take {-(-2000 // bs)}", f"up to {bs - 1} unfilled slots per sequence",
+            f"SmolLM2 stores {S['num_kv_heads']} heads instead of {S['num_heads']}",
+            "16-token block holds", f"bytes ({bs * kv_bytes() / MIB:.1f} MiB): {bs} tokens of chapter 1's",
+            f"{kv_bytes():,} bytes per token")
     host = figures("step02", "host")
     assert (host["requests"], tuple(host["contexts"])) == (SEQS, CONTEXTS), "the committed host run is another setting"
     contexts = f"at contexts of {host['contexts'][0]} to {host['contexts'][-1]:,} tokens"
-    says(path, f"with {SEQS} sequences of {CONTEXTS[-1] // 1024}k tokens",
-         f"decode step for {host['requests']} sequences, {contexts}", f"`design`) {contexts}",
-         f"level from {host['contexts'][0]} to {host['contexts'][-1]:,} tokens",
-         f"at most {report.HOST_TARGET_US} µs per step at {host['requests']} sequences",
-         f"no more than {report.HOST_FLAT}x", f"the {report.HOST_TARGET_US} µs target is missed")
+    says_in(path, f"of {SEQS} sequences of {CONTEXTS[-1]:,} tokens each, how many entries would a step write at "
+                  f"block size {bs}")  # question 8
+    says_in(path, f"with {SEQS} sequences of {CONTEXTS[-1] // 1024}k tokens",
+            f"`design`) {contexts}",
+            f"level from {host['contexts'][0]} to {host['contexts'][-1]:,} tokens",
+            f"at most {report.HOST_TARGET_US} µs per step at {host['requests']} sequences",
+            f"no more than {report.HOST_FLAT}x", f"the {report.HOST_TARGET_US} µs target is missed")
     bench = (REPO_ROOT / "benchmarks" / "step02" / "bench.py").read_text()
     config = dict(re.findall(r"(num_blocks|block_size|max_num_batched_tokens)=(\d+)", bench))
     batch = figures("step02", "batch")
     new = re.search(r"SamplingParams\(max_new_tokens=args.max_new_tokens or (\d+)", bench)[1]
-    says(path, f"the engine uses {config['num_blocks']} blocks of {config['block_size']} tokens, "
-               f"`max_num_seqs = {batch['requests']}` and a {config['max_num_batched_tokens']}-token budget",
-         f"({batch['requests']} unrelated requests of very different lengths, up to "
-         f"{new} new tokens each",
-         f"--workload batch`: {batch['requests']} ragged requests", f"A user with {batch['requests']} prompts",
-         f"up to {batch['requests']} sequences reads every weight matrix once for {batch['requests']} rows",
-         f"slows an {batch['requests']}-row matmul")
+    says_in(path, f"the engine uses {config['num_blocks']} blocks of {config['block_size']} tokens, "
+                  f"`max_num_seqs = {batch['requests']}` and a [token budget](../GLOSSARY.md#token-budget) of "
+                  f"{config['max_num_batched_tokens']} tokens per step",
+            f"({batch['requests']} unrelated requests of very different lengths, up to "
+            f"{new} new tokens each",
+            f"--workload batch`: {batch['requests']} ragged requests", f"A user with {batch['requests']} prompts",
+            f"up to {batch['requests']} sequences reads every weight matrix once for {batch['requests']} rows",
+            f"slows an {batch['requests']}-row matmul")
     cores = _results("step02", "batch")["machine"]["cores"]
-    says(path, f"on a shared {cores}-core host", f"Timings on {cores} cores depend on load")
+    says_in(path, f"on a shared {cores}-core host", f"Timings on {cores} cores depend on load")
 
 
 def test_step05_speculative():
@@ -1196,16 +1199,16 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
         SOURCE: ("(16 tokens by default)",),
         TESTS: ("(GQA group sizes 1, 2, 3, 8 against HF)", "(prefill + 1, 3, 5 tokens", "position 0 is the identity"),
     },
-    "step02_paged/README.md": {
+    "step02_paged/": {
         GIVEN: ("stops after 40 tokens", "three free gaps of 300 tokens cannot hold one request that needs 600",
                 "a 2,000-token prompt runs as", "at `block_size` 1, 16", "and 256?", "after sampling 5 tokens",
                 "a 2,000-token prompt arrives while 7 sequences are decoding and the budget is 512",
-                "took 2 of the 3 blocks", "answers of 10, 20, …, 80 tokens"),
+                "took 2 of the 3 blocks", "answers of 10, 20, …, 80 tokens", "And at block size 1?"),
         FIGURE: ("an 8-block pool: seq 0 holds blocks 0, 1, 4 and seq 1 holds 2, 3, 5", "eight 4-token blocks",
                  "Seq 0's", "blocks 2 and 3 were seq 1's", "Every held block has ref 1", "the block tables at step 3"),
         COUNT: ("count to 1", "count reaches 0", "every count is 0 or 1", "its count is 0", "A decode costs 1 token",
-                "back to 0", "to 0 and puts it", "always 0 in this", "in O(1) each, with count 1", "that reached 0",
-                "(O(1):", "O(1) counts", "temperature > 0", "replaces steps 4-6 with `_verify`"),
+                "back to 0", "to 0 and puts it", "in O(1) each, with count 1", "that reached 0",
+                "(O(1):", "O(1) counts", "temperature > 0", "replaces steps 4-6 with a verify step"),
         SOURCE: ("The default block size on GPUs is 16 tokens", "(page size 1)", "A page size above 1",
                  "SGLang defaults to 1 and vLLM", "to 16: what"),
         TESTS: ("(block sizes 1, 4, 16",),
@@ -1310,13 +1313,13 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
         FIGURE: ("(best of 2)",),
     },
     "notebooks/02_paged.ipynb": {
-        FIGURE: ("a pool of 24 blocks of 4 tokens", "under a 16-token budget", "(2 layers, seeded)",
+        FIGURE: ("a pool of 24 blocks of 4 tokens", "of 16 tokens per step", "(2 layers, seeded)",
                  "The prompts are 3, 9, 14 and 22 tokens long, and each request generates 6 tokens",
-                 "a 1 is a decode step, or a 1-token", "(steps 2-4)", "- step 1 fills",
+                 "a 1 is a [decode](../GLOSSARY.md#decode) step, or a 1-token", "(steps 2-4)", "- step 1 fills",
                  "seq 2's prompt is cut, and seq 3", "(seq 0 holds blocks 0 and 9)", "only 8 blocks",
                  "With 24 blocks", "With 8 blocks"),
         COUNT: ("back to 0",),
-        SECTION: ("in sections 1-3", "Section 4 draws"),
+        SECTION: ("in sections 1-3",),
     },
     "notebooks/03_prefix_hash.ipynb": {
         ROUGH: ("a ~115-token system prompt",),

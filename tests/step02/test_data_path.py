@@ -1,4 +1,4 @@
-"""Chapter 2's lesson lists the files one decode step crosses, in order: a traced step keeps the list true. Every
+"""Chapter 2's batching unit lists the files one decode step crosses, in order: a traced step keeps the list true. Every
 listed file is reached, in the listed order; every other file of the course the step reaches is named as a helper;
 the list stays short enough to read (12 files at most)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from step01_kvcache.request import SamplingParams
 from step01_kvcache.tiny import tiny_model
 from step02_paged import Engine, EngineConfig
 
-README = REPO_ROOT / "step02_paged" / "README.md"
+README = REPO_ROOT / "step02_paged" / "02_batching.md"  # the unit that teaches the decode step
 
 
 def lesson_block() -> str:
