@@ -1,7 +1,7 @@
 """Chapter 5's measured results, for `python -m course report`: the prefix-caching table, the designs on the same
 requests, their reuse and bookkeeping as the block size shrinks (results/designs.json, measured without the model),
-and, in the section on the mini-runtime textbook's tree, the hash, the bridge and the offset tree through the engine
-(results/designs_engine.json)."""
+the host tier off and on (results/multi_turn.json, the host tier's unit), and, in the unit on the mini-runtime
+textbook's tree, the hash, the bridge and the offset tree through the engine (results/designs_engine.json)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,6 +26,9 @@ from course import results
 from . import speculative_report
 
 OFFSET = ("<!-- offset:begin (python -m course report --write) -->", "<!-- offset:end -->")
+TIER = ("<!-- tier:begin (python -m course report --write) -->", "<!-- tier:end -->")
+# chapter 6 measures the same engine on an H200; chapter 5's pages link there rather than quote what comes later
+GPU_RESULTS = "../step06_triton/RESULTS.md#the-engine-end-to-end"
 OFFSET_COLOR = "tab:purple"
 
 
@@ -106,12 +109,13 @@ def offset_section() -> str:
 
 
 def sections() -> dict[tuple[str, str], str]:
-    return {OFFSET: offset_section(), **speculative_report.sections()}
+    return {OFFSET: offset_section(), TIER: tier_block(need("step05", "multi_turn")),
+            **speculative_report.sections()}
 
 
-def tier_block(rec: dict, gpu: dict | None) -> str:
-    """The host tier off and on (results/multi_turn.json), and the same experiment on the H200 from chapter 6's
-    engine results when they are there: what a load saves is a prefill, so both rates are printed side by side."""
+def tier_block(rec: dict) -> str:
+    """The host tier off and on (results/multi_turn.json): what a load saves is a prefill, so both rates are printed
+    side by side; the same experiment on a GPU is chapter 6's, linked."""
     f = rec["figures"]
     text = ("\n**The host tier** (`multi_turn`: " f"{f['requests']} turns of 3 conversations, one request at a time; a "
             f"device pool of {f['device_blocks']} blocks, which holds one conversation, and a host pool of "
@@ -134,21 +138,13 @@ def tier_block(rec: dict, gpu: dict | None) -> str:
                  f"{f['ttft_fixed_s']} s + {f['ttft_ms_per_token']} ms per token. A forward's fixed part (every weight "
                  "read once, the engine's step) does not shrink with the tokens, and a p99 of "
                  f"{len(on)} requests is their slowest one.")
-    tier = (gpu or {}).get("smollm2_135m", {}).get("host_tier")
-    if tier and "error" not in tier:
-        off, on, r = tier["tier_off"], tier["tier_on"], tier["rates"]
-        text += (f" On the H200 (chapter 6's `step06_triton/results/h200_engine.json`, {tier['requests']} turns of "
-                 f"16 conversations): TTFT {off['ttft_mean_ms']} → {on['ttft_mean_ms']} ms "
-                 f"({tier['ttft_speedup']}x), prompt tokens computed {off['prompt_tokens_computed']:,} → "
-                 f"{on['prompt_tokens_computed']:,}; loads at {r['load_tokens_s']:,} tokens/s "
-                 f"({r['h2d_gb_s']} GB/s) against a prefill of {r['prefill_tokens_s']:,} tokens/s.")
-    return text + "\n"
+    return text + f" Chapter 6 runs the same experiment on a GPU ([its results]({GPU_RESULTS})).\n"
 
 
-def short_prompt_block(short: dict, designs: dict, gpu: dict | None) -> str:
+def short_prompt_block(short: dict, designs: dict) -> str:
     """The Pico-vLLM write-up measured prefix caching 30-40% slower on ~144-token prompts and suggested bypassing it:
     what the cache costs a request that cannot gain (cold), what it gives one that can (warm), and its own
-    bookkeeping, on this machine and, from chapter 6's engine JSON, on the H200."""
+    bookkeeping, on this machine; chapter 6 measures a cold and a warm request on a GPU (linked)."""
     f = short["figures"]
     book = {r["workload"]: r["bridge bs=16"]["bookkeeping_us"] for r in designs["figures"]["designs"]}
     cold = f["ttft_cold_on_s"] / f["ttft_cold_off_s"] - 1
@@ -158,16 +154,9 @@ def short_prompt_block(short: dict, designs: dict, gpu: dict | None) -> str:
             f"with it on ({cold:+.1%}, one sample each: a cold request has nothing to gain and pays the lookup and the "
             f"insert); warm requests take {f['ttft_on_warm_median_s']} s instead of {f['ttft_off_warm_median_s']} s "
             f"({f['speedup_warm']}x). The cache's own bookkeeping is {book['short']} µs per request "
-            f"({book['short'] * 1e-6 / f['ttft_cold_off_s']:.2%} of a cold TTFT).")
-    long = (gpu or {}).get("smollm2_135m", {}).get("long")
-    if long and "error" not in long:
-        on, off = long["cache_on"], long["cache_off"]
-        text += (f" On the H200 (chapter 6, `long`), a warm request takes {on['warm_median_ms']} ms against "
-                 f"{off['warm_median_ms']} ms without the cache, and all of the engine's host work for it is "
-                 f"{long['host_us_per_warm_request']} µs. The one cold request measured with the cache on took "
-                 f"{on['cold_ms']} ms against {off['cold_ms']} ms off ({on['cold_ms'] / off['cold_ms'] - 1:+.0%}, "
-                 "one sample each after `reset_cache`: the GPU run times no part of a cold request apart, so it "
-                 "says nothing more about where a difference comes from).")
+            f"({book['short'] * 1e-6 / f['ttft_cold_off_s']:.2%} of a cold TTFT). Chapter 6 times a cold and a warm "
+            f"`long` request on a GPU, where the engine's fixed cost per step is what the write-up met "
+            f"([its results]({GPU_RESULTS})).")
     return text + "\n"
 
 
@@ -196,16 +185,13 @@ def render() -> Rendered:
     text += "\n".join(table(["design"] + [f"`{r['workload']}` cached / µs" for r in rows],
                             [[n] + [f"{r[n]['cached_tokens']} / {r[n]['bookkeeping_us']}" for r in rows]
                              for n in names])) + "\n"
-    text += short_prompt_block(need("step05", "short"), d, results.load("step06", "h200_engine"))
+    text += short_prompt_block(need("step05", "short"), d)
     if results.load("step05", "multi_doc") is not None:  # chapter 4's policies, run on the bridge
         from benchmarks.step04.report import policy_block
 
         policy_text, policy_plots = policy_block("step05", "bridge")
         text += policy_text
         plots.update(policy_plots)
-    tier = results.load("step05", "multi_turn")
-    if tier is not None:
-        text += tier_block(tier, results.load("step06", "h200_engine"))
     plots["hit_rate.svg"] = svg(lambda: plot_hit_rates(by))
     plots["block_size.svg"] = svg(lambda: plot_block_sizes(d))
     plots["bookkeeping.svg"] = svg(lambda: plot_bookkeeping(d))
