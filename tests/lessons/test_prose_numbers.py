@@ -584,15 +584,14 @@ def test_step05_offset_unit():
             assert len({row[f"{d} bs={bs}"]["cached_blocks"] for d in trio}) == 1, f"{w}, {bs}: different blocks"
             assert row[f"offset bs={bs}"]["bookkeeping_us"] > row[f"bridge bs={bs}"]["bookkeeping_us"], (w, bs)
     long, diverge = run["long"], run["diverge"]
-    says(path, f"on SmolLM2 ({B}-token blocks, cache off and on",
-         f": {long['offset']['prompt_tokens_computed']:,} of {long['prompt_tokens']:,})",
+    says(path, f": {long['offset']['prompt_tokens_computed']:,} of {long['prompt_tokens']:,})",
          f"the same blocks ({free['long'][f'offset bs={B}']['cached_blocks']} on `long`)")
     shared = workload("diverge")["shared_prefix"]
     warm = workload("diverge")["requests"] - 1
     offsets = {w: free[w][f"offset bs={B}"]["offset_tokens"] for w in ("short", "diverge")}
     assert offsets["diverge"] == warm * (shared % B), "each warm `diverge` request re-prefills the shared part-block"
     says(path, f"The offsets add up to {offsets['short']} tokens over", f"and {offsets['diverge']} on",
-         f"({warm} warm requests × {shared % B},")
+         f"({warm} warm requests × {shared % B})")
     says(path, f"a peak of {long['bridge']['peak_blocks']} blocks instead of {long['hash']['peak_blocks']} on `long`, "
                f"{diverge['bridge']['peak_blocks']} instead of {diverge['hash']['peak_blocks']} on `diverge`")
     one = min(designs["block_sizes"])
