@@ -61,7 +61,8 @@ def bench_step04(args: argparse.Namespace) -> dict:
 
 
 def bookkeeping_bench(prefix_len: int = 2083, new_len: int = 35, requests: int = 300, seed: int = 0) -> dict:
-    """Time the tree's work for one request of `long`'s shape (a cached 2083-token prefix + 35 new tokens):
+    """Time the tree's work for one request of the Pico-vLLM write-up's shape in random token ids (a cached
+    2083-token prefix + 35 new tokens, the `long` (GPU) workload's; our `long` shares 2,082 tokens):
     match_prefix, inc_lock_ref, insert (after the forward), dec_lock_ref. No model, no slots allocator."""
     rng = random.Random(seed)
     shared = [rng.randrange(49152) for _ in range(prefix_len)]

@@ -139,8 +139,9 @@ def render() -> Rendered:
                             [[f"`{w}`", by["step04"][w]["figures"]["prompt_tokens"],
                               by["step03"][w]["figures"]["cached_tokens"], by["step04"][w]["figures"]["cached_tokens"]]
                              for w in WORKLOADS]))
-    text += (f"\n\nThe tree's own work for one request of `long`'s shape ({f['bookkeeping_tokens']} tokens: "
-             f"match, lock, insert, unlock): median {f['bookkeeping_us_median']} µs (match "
+    text += (f"\n\nThe tree's own work for one request of the Pico-vLLM write-up's shape in random token ids "
+             f"({f['bookkeeping_tokens']:,} tokens, [`long` (GPU)](../WORKLOADS.md#long-gpu): match, lock, insert, "
+             f"unlock): median {f['bookkeeping_us_median']} µs (match "
              f"{f['bookkeeping_match_us']}, lock {f['bookkeeping_lock_us']}, insert {f['bookkeeping_insert_us']}, "
              f"unlock {f['bookkeeping_unlock_us']}).\n")
     plots["hit_rate.svg"] = svg(lambda: plot_hit_rates(by))

@@ -123,6 +123,7 @@ def says_in(folder: str, *strings: str) -> None:
             says(path, s)
 
 
+CHAPTER4 = "step04_radix/"
 CHAPTER5 = "step05_bridge/"
 CHAPTER6 = "step06_triton/"
 
@@ -430,41 +431,48 @@ def test_step03_readme():
 
 
 
-def test_step04_readme():
+def test_step04_pages():
+    """Chapter 4's README, its units (the tree, the scheduling policies) and its results page: each string is checked
+    in the page that states it."""
     from benchmarks.step03.bench import BLOCK_SIZE as B
     from benchmarks.step04.bench import bookkeeping_bench
     from course.workloads import DIVERGE_SHARED_PREFIX
     from step04_radix.policy import FCFS_ABOVE
 
-    path = "step04_radix/README.md"
+    path = CHAPTER4
     shared = workload("diverge")["shared_prefix"]
     assert shared == DIVERGE_SHARED_PREFIX
-    says(path, f"reuse only whole {B}-token blocks", f"cuts every prompt into {B}-token blocks",
-         f"Two prompts that share {shared} tokens share {shared // B} full blocks ({shared // B * B} tokens); the "
-         f"other {shared % B} are computed again", f"share exactly {shared} = {B}·{shared // B} + {shared % B} tokens")
+    says_in(path, f"reuse only whole {B}-token blocks", f"cuts every prompt into {B}-token blocks",
+            f"Two prompts that share {shared} tokens share {shared // B} full blocks ({shared // B * B} tokens); the "
+            f"other {shared % B} are computed again",
+            f"share exactly {shared} = {B}·{shared // B} + {shared % B} tokens")
     prefix, new = bookkeeping_bench.__defaults__[:2]
     run = figures("step04", "long")
     assert run["bookkeeping_tokens"] == prefix + new and run["bookkeeping_us_median"] < run["bookkeeping_budget_us"]
-    says(path, f"Measured on a {prefix + new:,}-token request with a cached {prefix:,}-token prefix",
-         f"well under {run['bookkeeping_budget_us'] / 1000:g} ms",
-         f"(the tree's work for one {round((prefix + new) / 1000)}k-token request)",
-         f"unlock of a {round((prefix + new) / 1000)}k-token request costs", f"`page_size = 1`; a {B}-token")
-    says(path, f"than {FCFS_ABOVE} requests wait: the queue goes back", f"When more than {FCFS_ABOVE} requests wait",
-         f"stops sorting above {FCFS_ABOVE}", f"arrival order above {FCFS_ABOVE}", f"the fallback above {FCFS_ABOVE}")
+    says_in(path, f"Measured on a {prefix + new:,}-token request with a cached {prefix:,}-token prefix",
+            f"well under {run['bookkeeping_budget_us'] / 1000:g} ms",
+            f"(the tree's work for one {round((prefix + new) / 1000)}k-token request)",
+            f"unlock of a {round((prefix + new) / 1000)}k-token request costs", f"`page_size = 1`; a {B}-token")
+    says_in(path, f"than {FCFS_ABOVE} requests wait: the queue goes back", f"When more than {FCFS_ABOVE} requests wait",
+            f"stops sorting above {FCFS_ABOVE}", f"arrival order above {FCFS_ABOVE}",
+            f"the fallback above {FCFS_ABOVE}")
     repeats = re.search(r'"--repeats", type=int, default=(\d+)', (REPO_ROOT / "course" / "bench.py").read_text())[1]
     cores = _results("step04", "multi_doc")["machine"]["cores"]
-    says(path, f"about a minute on {cores} cores", f"default {repeats}, keeps", f"a shared\n{cores}-core machine")
+    says_in(path, f"about a minute on {cores} cores", f"default {repeats}, keeps", f"a shared\n{cores}-core machine")
     radix, hashed = figures("step04", "diverge"), figures("step03", "diverge")
     warm = radix["requests"] - 1
-    says(path, f"reuse all {radix['cached_tokens'] // warm} shared tokens where chapter 3's {B}-token block hash "
-               f"stops at {hashed['cached_tokens'] // warm}")
+    says_in(path, f"reuse all {radix['cached_tokens'] // warm} shared tokens where chapter 3's {B}-token block hash "
+                  f"stops at {hashed['cached_tokens'] // warm}")
+    long = workload("long")
+    says_in(path, f"every request starts\nwith the same {long['shared_prefix']:,} tokens and the tree caches all of "
+                  f"them, hence a bound of {run['speedup_bound']}x")
     rounds = figures("step04", "shared_prefix")
     per_round = rounds["requests"] // 2
     hit = [round(r * per_round) for r in rounds["request_hit_rate_per_round"]]
     assert hit[1] == per_round, "the lesson says round 2 hits every request"
-    says(path, f"{hit[0]} of {per_round} requests in round 1 hit",
-         f"expected {hit[0] / per_round:.0%} / {hit[1] / per_round:.0%}",
-         f"a forward of one token over {workload('shared_prefix')['tokens_min'] - 1} cached ones")
+    says_in(path, f"{hit[0]} of {per_round} requests in round 1 hit",
+            f"expected {hit[0] / per_round:.0%} / {hit[1] / per_round:.0%}",
+            f"a forward of one token over {workload('shared_prefix')['tokens_min'] - 1} cached ones")
 
 
 
@@ -1238,7 +1246,7 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                 "salt on block 0", "Block 0 is a", "near 1)", "count was 0"),
         TESTS: ("(ref 2 on a hit",),
     },
-    "step04_radix/README.md": {
+    CHAPTER4: {  # every page of chapter 4: its README, its units, its results page
         GIVEN: ("share their first 20 tokens", "many of the 20 tokens", "With chapter 3's 16-token blocks, how many"),
         FIGURE: ("request 0's 13-token prompt is one edge, lock_ref 1",
                  "an upper node of 11 tokens with lock_ref 2, and two leaves with lock_ref 1",
