@@ -5,7 +5,7 @@ reads the rest from `KVCache`. Same tokens either way (the tests check it), very
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -19,8 +19,10 @@ __all__ = ["SamplingParams", "generate", "sample_next", "validate_prompt"]
 
 @torch.inference_mode()
 def generate(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, params: SamplingParams = SamplingParams(),
-             use_cache: bool = True) -> list[int]:
-    """New token ids for one prompt (stops at max_new_tokens or a stop token, which is included)."""
+             use_cache: bool = True,
+             sampler: Callable[[torch.Tensor, SamplingParams, torch.Generator | None], int] = sample_next) -> list[int]:
+    """New token ids for one prompt (stops at max_new_tokens or a stop token, which is included). `sampler` picks
+    each token from the logits of the last position (`sample_next`: greedy, or temperature and top-p)."""
     ids = validate_prompt(model.config, prompt_ids, params.max_new_tokens)
     generator = params.make_generator(model.device)
     device = model.device
@@ -35,7 +37,7 @@ def generate(model: Transformer, prompt_ids: Sequence[int] | torch.Tensor, param
         hidden = model(tokens, positions, cache)
         if cache is not None:
             cache.advance(len(step_ids))
-        token = sample_next(model.compute_logits(hidden[-1]), params, generator)
+        token = sampler(model.compute_logits(hidden[-1]), params, generator)
         out.append(token)
         if token in params.stop_token_ids:
             break

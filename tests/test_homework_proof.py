@@ -1,11 +1,14 @@
 """Every homework task is gradable: its tests pass on the reference and fail when only it is stubbed; and each
-chapter's Exercises table says which other tasks a task's tests run (its *needs* column).
+chapter's Exercises table says which other tasks a task's tests run (its *needs* column). In the chapters of
+ALONE every task is checkable alone: a copy with only that task solved earns its points and no other task's, and
+no task's tests run the body of another task of its chapter outside a test tagged with both (an end-to-end test,
+which waits for the unsolved tasks it names: course/homework_tool/grading.py).
 
 One worker process runs, for every chapter with markers, the reference and one copy per task with only
-that task stubbed (tagged tests only), so torch is imported once. Each task is its own test item. The
-reference's run is traced (course/homework_tool/trace.py): each test records the tasks whose bodies it ran.
-In a student release the bodies are stubs already: there is no reference to prove against, so the
-proof skips there (and says so).
+that task stubbed (tagged tests only), and for the chapters of ALONE one copy per task with only that task solved,
+so torch is imported once. Each task is its own test item. The reference's run is traced
+(course/homework_tool/trace.py): each test records the tasks whose bodies it ran. In a student release the bodies
+are stubs already: there is no reference to prove against, so the proof skips there (and says so).
 """
 from __future__ import annotations
 
@@ -23,6 +26,12 @@ CHAPTERS = chapters()
 TASKS = [(chapter, task) for chapter in CHAPTERS for task in hw.find_tasks(chapter)]
 STUBBED = {chapter: hw.stubbed_tasks(chapter) for chapter in CHAPTERS}
 NO_REFERENCE = "a student release: the bodies are stubs here, so there is no reference to prove against"
+
+# The chapters whose every task is checked alone (one line per chapter added). Not there yet: chapters 3, 4, 5 and
+# 7, whose tests still reach some tasks through other tasks of the chapter (their Exercises' *needs* columns name
+# them), and chapter 6, whose kernels are being reshaped; each joins once its tests build their own inputs.
+ALONE = ["step01_kvcache", "step02_paged"]
+ALONE_TASKS = [(chapter, task) for chapter, task in TASKS if chapter in ALONE]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +52,11 @@ def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             keys.append((chapter, task))
             plans.append(hw.plan(chapter, dest, timeout=60, tasks=tasks if task is None else [task]))
             plans[-1].trace = task is None  # the reference's run says which tasks' bodies each test ran
+        for task in tasks if chapter in ALONE else []:  # only `task` solved: every tagged test of the chapter runs
+            dest = base / f"{chapter}-{task}-alone"
+            hw.start(chapter, dest, only=set(tasks) - {task})
+            keys.append((chapter, task, "alone"))
+            plans.append(hw.plan(chapter, dest, timeout=60, tasks=tasks))
     workers = max(1, min(2, os.cpu_count() or 1))
     with pytest.MonkeyPatch.context() as env:
         # a stubbed task fails its first Hypothesis example; shrinking it changes no verdict (tests/conftest.py)
@@ -101,7 +115,8 @@ def test_tags_name_real_tasks(chapter: str, runs: dict) -> None:
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_the_exercises_say_what_each_task_needs(chapter: str, runs: dict) -> None:
     """The *needs* column of the chapter's Exercises table names exactly the other tasks (of this chapter and of
-    earlier ones) whose bodies the task's tests ran on the reference."""
+    earlier ones) whose bodies the task's tests ran on the reference. In a chapter of ALONE, a test's own tags are
+    no needs (it waits for them); elsewhere they are, until the chapter's tests are reshaped."""
     if STUBBED[chapter]:
         pytest.skip(NO_REFERENCE)
     if (chapter, None) not in runs:
@@ -114,10 +129,50 @@ def test_the_exercises_say_what_each_task_needs(chapter: str, runs: dict) -> Non
     readme = (REPO_ROOT / chapter / "README.md").read_text()
     cells = dict(re.findall(r"^\| `(task\d+\.[\w\-]+)` \| \d+ \| ([^|]*) \|", readme, re.M))
     wrong = []
-    for row in runs[(chapter, None)]["tasks"]:
-        ran = set(row["calls"])
+    reference = runs[(chapter, None)]
+    for row in reference["tasks"]:
+        ran = set(row["calls"]) if chapter in ALONE else {
+            t for test in reference["traced"].values() if row["id"] in test["tasks"] for t in test["ran"]} - {row["id"]}
         cell = cells.get(row["id"])
         if cell is None or needs.parse(cell, every) != ran:
             wrong.append(f"  {row['id']}: the table says {cell!r}; its tests run "
                          f"{needs.describe(ran, row['id'], every)!r}")
     assert not wrong, f"{chapter}/README.md's needs column:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("chapter,task", ALONE_TASKS, ids=[f"{c}:{t}" for c, t in ALONE_TASKS])
+def test_a_task_solved_alone_earns_its_points_alone(chapter: str, task: str, runs: dict) -> None:
+    """A copy of the chapter in which only `task` is solved (the others stubbed) earns exactly `task`'s points:
+    its tests reach no other task's stub except in a test tagged with that task too, which waits for it."""
+    if STUBBED[chapter]:
+        pytest.skip(NO_REFERENCE)
+    run = runs[(chapter, task, "alone")]
+    assert run["error"] is None and not run["collect_errors"], run["error"] or run["collect_errors"]
+    earned = {r["id"]: r["points"] for r in run["tasks"] if r["points"]}
+    worth = hw.task_points(hw.find_tasks(chapter))[task]
+    row = _row(run, task)
+    stopped = [f"{f['nodeid']}: {f['message']}" for f in run["failures"] if task in f["tasks"]]
+    assert earned == {task: worth}, (
+        f"with only {task} solved the copy earns {earned}, not {{{task!r}: {worth}}}; {task}: {row['passed']} "
+        f"passed, {row['failed'] + row['errors']} failed, {row['waiting']} waiting; failing:\n  "
+        + "\n  ".join(stopped))
+
+
+@pytest.mark.parametrize("chapter", ALONE)
+def test_no_task_needs_another_of_its_chapter(chapter: str, runs: dict) -> None:
+    """On the reference, every test runs the bodies of its chapter's tasks that it is tagged with, and no other: a
+    task's tests reach another task of the chapter only in a test tagged with both. Earlier chapters may be run
+    (the *needs* column says which)."""
+    if STUBBED[chapter]:
+        pytest.skip(NO_REFERENCE)
+    own = set(hw.find_tasks(chapter))
+    wrong = []
+    for nodeid, test in runs[(chapter, None)]["traced"].items():
+        ran, tags = set(test["ran"]) & own, set(test["tasks"]) & own
+        if ran - tags:
+            wrong.append(f"  {nodeid} [{', '.join(sorted(tags))}] runs {', '.join(sorted(ran - tags))}: tag it too, "
+                         "or give it inputs that need no other task")
+        if tags - ran:
+            wrong.append(f"  {nodeid} is tagged with {', '.join(sorted(tags - ran))}, whose body it never runs")
+    assert not wrong, f"tests/{chapter.split('_')[0]}/:\n" + "\n".join(wrong)
+

@@ -38,7 +38,7 @@ def _print_report(result: dict, chapter: str) -> None:
     width = max([len(r["id"]) for r in result["tasks"]] + [8])
     print(f"\n  {'task':<{width}}  passed/total  points")
     for r in result["tasks"]:
-        extra = ", ".join(f"{r[k]} {k}" for k in ("failed", "errors", "skipped") if r[k])
+        extra = ", ".join(f"{r[k]} {k}" for k in ("failed", "errors", "skipped", "waiting") if r.get(k))
         earned = f"{r['points']}/{r['max_points']}"
         print(f"  {r['id']:<{width}}  {r['passed']:>6}/{r['total']:<5}  {earned:>6}   {extra}".rstrip())
         if needs := unsolved_needs(r):
@@ -51,13 +51,22 @@ def _print_report(result: dict, chapter: str) -> None:
     print(f"\nscore: {result['score']}/{result['max_score']}   rule: {RULE}")
     for c in result["collect_errors"]:
         print(f"\ncould not collect {c['nodeid']}: {c['message']}  (every task scores 0 until it imports)")
-    if result["failures"]:
+    waiting = [f for f in result["failures"] if f.get("waits_for")]
+    failing = [f for f in result["failures"] if not f.get("waits_for")]
+    if waiting:
+        print("\ntests of several tasks that wait for a stub (they count once it is written):")
+        for f in waiting[:20]:
+            print(f"  WAITING {f['nodeid']} [{', '.join(f['tasks'])}]\n          for {', '.join(f['waits_for'])}")
+        if len(waiting) > 20:
+            print(f"  ... and {len(waiting) - 20} more (--json lists them all)")
+    if failing:
         print("\nfailing tests:")
-        for f in result["failures"][:20]:
+        for f in failing[:20]:
             print(f"  {f['outcome'].upper():7} {f['nodeid']} [{', '.join(f['tasks']) or 'untagged'}]\n"
                   f"          {f['message']}")
-        if len(result["failures"]) > 20:
-            print(f"  ... and {len(result['failures']) - 20} more (--json lists them all)")
+        if len(failing) > 20:
+            print(f"  ... and {len(failing) - 20} more (--json lists them all)")
+    if result["failures"]:
         print(f"\nfull tracebacks: python -m course homework check {chapter} --verbose [--task TASK_ID]")
     if result["unknown_tasks"]:
         print(f"\nwarning: tests tagged with unknown tasks: {', '.join(result['unknown_tasks'])}")

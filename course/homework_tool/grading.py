@@ -2,7 +2,12 @@
 
 Scoring rule: a task earns its points (`points=N` on its markers, default 1) when it has at least one test,
 none of its tests fails or errors, and at least one passes (skips are neutral; a skip raised from the student's
-code is a failure). Untagged tests are reported but do not score. A test module that cannot even be collected
+code is a failure). An end-to-end test is tagged with every task whose body it runs: while it stops in the stub of
+one of them (a body the copy still leaves as `raise NotImplementedError`), it waits, neutral, for the others it
+names; it counts for all of them once none of their stubs is in its way. So a task whose own tests pass earns
+its points before the tasks it is tested together with are written.
+
+Untagged tests are reported but do not score. A test module that cannot even be collected
 zeroes every task, since its tests cannot be attributed; tampering (see runner.py and integrity.py) zeroes the
 whole check. The points come from the markers as `plan` reads them, before any student code runs. In a student
 release (course/homework_tool/release.py) there is no reference: the earlier chapters a chapter builds on are
@@ -17,12 +22,13 @@ from pathlib import Path
 
 from ..paths import REPO_ROOT, shown
 from .integrity import Snapshot, read_manifest
-from .markers import MarkerError, is_stub
+from .markers import MarkerError, Region, is_stub
 from .runner import Ended, Job, Run, run_workers
 from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, resolve_chapter, task_points
 
 RULE = ("a task earns its points (1 unless its marker says points=N) when all of its tests pass "
-        "(at least one must pass; skips are neutral)")
+        "(at least one must pass; skips are neutral, and so is a test of several tasks while it stops in the "
+        "stub of another of them)")
 
 
 def plan(chapter: str, dest: Path | str = DEFAULT_DEST, timeout: float = 60.0, extra_tests: Path | str | None = None,
@@ -104,28 +110,40 @@ def _summarize(run: Run, ended: Ended) -> dict:
     marked = set(worth)
     if ended.exit_code in (2, 3, 4) and not ended.tests and not ended.error and not ended.tampering:
         raise CheckError(f"pytest could not run (exit code {ended.exit_code}); its output ended with:\n{ended.output}")
-    tasks = {t: _counts() for t in (list(worth) if run.tasks is None else run.tasks)}
+    tasks = {t: {**_counts(), "waiting": 0} for t in (list(worth) if run.tasks is None else run.tasks)}
     untagged, failures = _counts(), []
     field = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped"}
+    regions = _copy_regions(Path(run.dest), run.package)
+    waits: dict[str, set[str]] = {t: set() for t in tasks}  # task -> the tasks whose stubs its tests wait for
+    waiting: dict[str, set[str]] = {t: set() for t in tasks}  # task -> its tests that wait
     for nodeid, names in ended.tests.items():
         outcome, message, timed_out = ended.results[nodeid]
-        buckets = [tasks[n] for n in names if n in tasks] or ([] if marked & set(names) else [untagged])
-        for bucket in buckets:
-            bucket[field[outcome]] += 1
+        stubs = _stopped_in(names, ended.frames.get(nodeid, []), regions) if outcome in ("failed", "error") else set()
+        buckets = [n for n in names if n in tasks] or ([] if marked & set(names) else [None])
+        for name in buckets:
+            bucket = untagged if name is None else tasks[name]
+            if name is not None and stubs - {name}:  # it stopped in the stub of another task it is tagged with
+                bucket["waiting"] += 1
+                waits[name] |= stubs - {name}
+                waiting[name].add(nodeid)
+            else:
+                bucket[field[outcome]] += 1
             bucket["total"] += 1
         if outcome in ("failed", "error"):
             failures.append({"nodeid": nodeid, "tasks": names, "outcome": "timeout" if timed_out else outcome,
-                             "message": message})
-    bodies = _bodies(Path(run.dest), run.package, failures, ended.frames)
+                             "message": message, **({"waits_for": sorted(stubs)} if set(names) - stubs else {})})
+    bodies = _bodies(Path(run.dest), regions, failures, ended.frames)
     rows = []
     for task, c in tasks.items():
         clean = not ended.collect_errors and not ended.tampering
         earned = clean and c["passed"] > 0 and c["failed"] == c["errors"] == 0
+        stopped = [f for f in failures if f["nodeid"] not in waiting[task]]
         rows.append({"id": task, **c, "points": worth[task] if earned else 0, "max_points": worth[task],
-                     "bodies": bodies.get(task, []), "needs": [] if earned else _needs(task, failures)})
-        if run.trace:  # the tasks whose bodies this task's tests ran (the proof's reference run)
+                     "bodies": bodies.get(task, []), "needs": [] if earned else _needs(task, stopped),
+                     "waits_for": sorted(waits[task])})
+        if run.trace:  # the other tasks whose bodies this task's tests ran, untagged there (the proof's reference)
             rows[-1]["calls"] = sorted({t for nodeid, names in ended.tests.items() if task in names
-                                        for t in ended.ran.get(nodeid, [])} - {task})
+                                        for t in set(ended.ran.get(nodeid, [])) - set(names)})
     error = ended.error
     if ended.tampering:
         error = "tampering: " + "; ".join(ended.tampering) + ". Every task scores 0." + (f"\n{error}" if error else "")
@@ -133,27 +151,44 @@ def _summarize(run: Run, ended: Ended) -> dict:
             "score": sum(r["points"] for r in rows), "max_score": sum(r["max_points"] for r in rows),
             "untagged": untagged, "unknown_tasks": sorted(set(ended.tags) - marked), "failures": failures,
             "collect_errors": ended.collect_errors, "error": error, "seconds": ended.seconds,
-            "notes": [*run.notes, *ended.notes], "rule": RULE, "tampering": ended.tampering}
+            "notes": [*run.notes, *ended.notes], "rule": RULE, "tampering": ended.tampering,
+            **({"traced": {nodeid: {"tasks": names, "ran": sorted(ended.ran.get(nodeid, []))}
+                           for nodeid, names in ended.tests.items()}} if run.trace else {})}
 
 
-def _bodies(dest: Path, package: str, failures: list[dict], frames: dict[str, list[list]]) -> dict[str, list[dict]]:
-    """Task -> its bodies in the student's copy, as the copy's markers show them: `function`, `file`, `line` (of
-    the BEGIN marker), `stub` (still `raise NotImplementedError`) and `failing_tests` (how many of the task's
-    failing tests raised inside that body). A copy whose markers cannot be read gets no bodies."""
+def _copy_regions(dest: Path, package: str) -> dict[str, list[tuple[Region, bool]]]:
+    """Task -> its marked bodies in the student's copy, each with whether it is still the stub. A copy whose
+    markers cannot be read has none."""
     try:
         regions = find_tasks(package, dest)
     except (CheckError, MarkerError, SyntaxError, OSError):
         return {}
-    out: dict[str, list[dict]] = {}
     texts: dict[Path, str] = {}
+    return {task: [(r, is_stub(texts.setdefault(r.file, (dest / r.file).read_text()), r)) for r in found]
+            for task, found in regions.items()}
+
+
+def _inside(r: Region, frames: list) -> bool:
+    return any(file == r.file.as_posix() and r.begin < line < r.end for file, line in frames)
+
+
+def _stopped_in(names: list[str], frames: list, regions: dict[str, list[tuple[Region, bool]]]) -> set[str]:
+    """The tasks among `names` (a failing test's tags) whose stub, still in the copy, the test raised through."""
+    return {task for task in names for r, stub in regions.get(task, []) if stub and _inside(r, frames)}
+
+
+def _bodies(dest: Path, regions: dict[str, list[tuple[Region, bool]]], failures: list[dict],
+            frames: dict[str, list[list]]) -> dict[str, list[dict]]:
+    """Task -> its bodies in the student's copy, as the copy's markers show them: `function`, `file`, `line` (of
+    the BEGIN marker), `stub` (still `raise NotImplementedError`) and `failing_tests` (how many of the task's
+    failing tests raised inside that body)."""
+    out: dict[str, list[dict]] = {}
     for task, found in regions.items():
         failing = [frames.get(f["nodeid"], []) for f in failures if task in f["tasks"]]
-        for r in found:
-            text = texts.setdefault(r.file, (dest / r.file).read_text())
-            inside = sum(any(file == r.file.as_posix() and r.begin < line < r.end for file, line in test)
-                         for test in failing)
+        for r, stub in found:
+            inside = sum(_inside(r, test) for test in failing)
             out.setdefault(task, []).append({"function": r.function, "file": r.file.as_posix(), "line": r.begin,
-                                             "stub": is_stub(text, r), "failing_tests": inside})
+                                             "stub": stub, "failing_tests": inside})
     return out
 
 
@@ -168,10 +203,15 @@ def _needs(task: str, failures: list[dict]) -> list[str]:
 
 
 def unsolved_needs(row: dict) -> str | None:
-    """For a task that failed because its tests ran into another task's stub: which ones (None: none did)."""
+    """For a task that failed because its tests ran into another task's stub: which ones; for one whose tests of
+    several tasks wait for another's stub: that (None: neither)."""
+    waiting, n = None, row.get("waiting", 0)
+    if n and row.get("waits_for"):
+        waiting = (f"{n} test{'s' if n > 1 else ''} of several tasks wait{'' if n > 1 else 's'} for "
+                   + ", ".join(f"{t} (unsolved)" for t in row["waits_for"]))
     if row["points"] or not row.get("needs"):
-        return None
-    return "needs " + ", ".join(f"{t} (unsolved)" for t in row["needs"])
+        return waiting
+    return "needs " + ", ".join(f"{t} (unsolved)" for t in row["needs"]) + (f"; {waiting}" if waiting else "")
 
 
 def failed_bodies(row: dict) -> str | None:

@@ -252,7 +252,8 @@ def test_tampering_scores_zero(checked: dict, name: str, caught: str):
 def test_a_skip_raised_from_the_students_code_is_a_failure(checked: dict):
     result = _row(checked, "skip")
     assert result["score"] == 0 and result["tasks"][0]["failed"] == 4
-    assert all("raised from your code counts as a failure" in f["message"] for f in result["failures"])
+    assert all("raised from your code counts as a failure" in f["message"] for f in result["failures"]
+               if not f.get("waits_for"))  # the engine's end-to-end tests wait for the chapter's other stubs
 
 
 def test_rewritten_tests_neither_run_nor_stay(checked: dict):

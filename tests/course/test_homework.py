@@ -347,6 +347,76 @@ def test_the_report_names_the_tasks_a_task_needs(course: Path, tmp_path: Path, c
     assert {r["id"]: r["calls"] for r in second["tasks"]} == {"task92.double": ["task91.add"]}
 
 
+TWO = '''\
+def double(x: int) -> int:
+    """Twice x."""
+    # BEGIN SOLUTION task91.twice
+    return 2 * x
+    # END SOLUTION
+
+
+def succ(x: int) -> int:
+    """One more."""
+    # BEGIN SOLUTION task91.succ
+    return x + 1
+    # END SOLUTION
+'''
+TWO_TESTS = """import pytest
+
+from step91_fake.two import double, succ
+
+
+@pytest.mark.task("task91.twice")
+def test_twice():
+    assert double(3) == 6
+
+
+@pytest.mark.task("task91.succ")
+def test_succ():
+    assert succ(3) == 4
+
+
+@pytest.mark.task("task91.twice")
+@pytest.mark.task("task91.succ")
+def test_both():
+    assert double(succ(1)) == 4
+"""
+
+
+def test_a_test_of_two_tasks_waits_for_the_unsolved_one(course: Path, tmp_path: Path, capsys):
+    """test_both runs task91.twice and task91.succ and is tagged with both. With succ still a stub it waits, neutral,
+    for twice, which earns its points on its own test (and the report says what test_both waits for); once succ is
+    written it counts for both: a twice wrong only where test_both looks costs both their points. The traced
+    reference lists no need between them: a test's own tags are no needs."""
+    from course.homework_tool.cli import _print_report
+
+    (course / "step91_fake" / "two.py").write_text(TWO)
+    (course / "tests" / "step91" / "test_two.py").write_text(TWO_TESTS)
+    copy = hw.start("step91", tmp_path / "alone", root=course) / "two.py"
+    copy.write_text(copy.read_text().replace('raise NotImplementedError("task91.twice: see step91_fake/README.md'
+                                             '#exercises")', "return 2 * x"))
+    wrong = hw.start("step91", tmp_path / "wrong", only=set(), root=course) / "two.py"
+    wrong.write_text(TWO.replace("return 2 * x", "return 0 if x == 2 else 2 * x"))
+    hw.start("step91", tmp_path / "reference", only=set(), root=course)
+    tasks = ["task91.twice", "task91.succ"]
+    runs = [hw.plan("step91", tmp_path / d, timeout=30, tasks=tasks, root=course) for d in ("alone", "wrong")]
+    runs.append(hw.plan("step91", tmp_path / "reference", timeout=30, tasks=tasks, root=course))
+    runs[-1].trace = True
+    alone, wrong_twice, reference = hw.execute(runs)
+
+    twice, succ = alone["tasks"]
+    assert (twice["points"], twice["passed"], twice["waiting"], twice["waits_for"]) == (1, 1, 1, ["task91.succ"])
+    assert (succ["points"], succ["failed"], succ["waiting"]) == (0, 2, 0), "a task's own stub is no reason to wait"
+    _print_report(alone, "step91")
+    out = capsys.readouterr().out
+    assert "-> 1 test of several tasks waits for task91.succ (unsolved)" in out
+    assert "WAITING tests/step91/test_two.py::test_both [task91.succ, task91.twice]\n          for task91.succ" in out
+    assert [(r["points"], r["failed"]) for r in wrong_twice["tasks"]] == [(0, 1), (0, 1)]
+    assert {r["id"]: r["calls"] for r in reference["tasks"]} == {"task91.twice": [], "task91.succ": []}
+    assert reference["traced"]["tests/step91/test_two.py::test_both"] == {
+        "tasks": ["task91.succ", "task91.twice"], "ran": ["task91.succ", "task91.twice"]}
+
+
 # ---------------------------------------------------------------- points and the Gradescope format
 
 

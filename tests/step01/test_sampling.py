@@ -1,10 +1,12 @@
-"""Greedy is argmax; temperature/top-p sampling is seeded, reproducible and never leaves the nucleus."""
+"""Greedy is argmax; temperature/top-p sampling is seeded, reproducible and never leaves the nucleus. `sample` is
+graded alone, on logits the tests make; the last test runs the tiny model end to end."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from step01_kvcache.generate import SamplingParams, generate, sample_next
+from step01_kvcache.sampling import sample
 from step01_kvcache.tiny import tiny_model
 
 
@@ -12,6 +14,14 @@ from step01_kvcache.tiny import tiny_model
 def test_greedy_is_argmax():
     logits = torch.tensor([0.1, 3.0, -1.0, 2.9])
     assert sample_next(logits, SamplingParams(), None) == 1
+
+
+@pytest.mark.task("task1.sample")
+def test_a_sample_is_one_token_id_on_the_logits_device():
+    params = SamplingParams(temperature=0.7, top_p=0.9, seed=3)
+    token = sample(torch.randn(50), params, params.make_generator())
+    assert token.dim() == 0 and token.dtype == torch.long and token.device == torch.device("cpu")
+    assert 0 <= int(token) < 50
 
 
 @pytest.mark.task("task1.sample")
@@ -25,17 +35,37 @@ def test_top_p_keeps_only_the_nucleus():
 
 
 @pytest.mark.task("task1.sample")
-def test_temperature_sampling_follows_the_distribution():
+@pytest.mark.parametrize("temperature,expected", [(1.0, [0.5, 0.3, 0.2]), (0.5, [25 / 38, 9 / 38, 4 / 38])])
+def test_temperature_sampling_follows_the_distribution(temperature, expected):
+    """Draws follow softmax(logits / temperature): at 0.5, probabilities [0.5, 0.3, 0.2] become [25, 9, 4] / 38."""
     logits = torch.log(torch.tensor([0.5, 0.3, 0.2]))
-    params = SamplingParams(temperature=1.0, seed=1)
+    params = SamplingParams(temperature=temperature, seed=1)
     gen = params.make_generator()
     counts = torch.bincount(torch.tensor([sample_next(logits, params, gen) for _ in range(3000)]), minlength=3)
     freq = counts.float() / 3000
-    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.04), freq
+    assert torch.allclose(freq, torch.tensor(expected), atol=0.04), freq
 
 
 @pytest.mark.task("task1.sample")
+def test_seeded_sampling_is_reproducible():
+    """The draws come from the generator handed in: the same seed gives the same tokens, another seed others."""
+    logits = torch.randn(64, generator=torch.Generator().manual_seed(0))
+
+    def draws(seed: int) -> list[int]:
+        params = SamplingParams(temperature=1.0, top_p=0.95, seed=seed)
+        gen = params.make_generator()
+        return [sample_next(logits, params, gen) for _ in range(40)]
+
+    assert draws(7) == draws(7)
+    assert draws(7) != draws(8)
+
+
+@pytest.mark.task("task1.rope")
+@pytest.mark.task("task1.cache_attend")
+@pytest.mark.task("task1.sample")
+@pytest.mark.task("task1.decode_loop")
 def test_seeded_generation_is_reproducible_and_cache_independent():
+    """End to end, on the tiny model: a seeded sampled answer is the same run again, and with the cache off."""
     model = tiny_model(seed=7)
     params = SamplingParams(max_new_tokens=16, temperature=0.8, top_p=0.9, seed=123)
     a = generate(model, [1, 2, 3], params)

@@ -8,6 +8,7 @@ import torch
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.tiny import tiny_config
+from tests.step01.stand_in import StandInModel, argmax
 
 
 @pytest.mark.parametrize("prompt,match", [
@@ -36,9 +37,10 @@ def test_prompt_plus_new_tokens_beyond_max_length(tiny):
 
 
 @pytest.mark.task("task1.decode_loop")
-def test_int_tensor_prompt_is_accepted(tiny):
-    assert generate(tiny, torch.tensor([1, 2, 3]), SamplingParams(max_new_tokens=2)) == \
-        generate(tiny, [1, 2, 3], SamplingParams(max_new_tokens=2))
+def test_int_tensor_prompt_is_accepted():
+    params = SamplingParams(max_new_tokens=2)
+    assert generate(StandInModel(), torch.tensor([1, 2, 3]), params, sampler=argmax) == \
+        generate(StandInModel(), [1, 2, 3], params, sampler=argmax)
 
 
 def test_numpy_integer_token_ids_are_accepted(tiny):

@@ -1,4 +1,8 @@
-"""The engine gives exactly step01's greedy tokens for ragged batches, whatever the paging parameters."""
+"""The engine gives exactly step01's greedy tokens for ragged batches, whatever the paging parameters.
+
+These are chapter 2's end-to-end tests: the engine runs every task of the chapter (and chapter 1), so each is tagged
+with all of them, and waits for the ones still unsolved. Each task is also graded alone: test_block_manager.py,
+test_paging.py, test_kv_cache_manager.py and test_scheduler.py."""
 from __future__ import annotations
 
 import random
@@ -7,8 +11,7 @@ import pytest
 
 from step01_kvcache.generate import SamplingParams, generate
 from step01_kvcache.tiny import tiny_model
-from step02_paged import FCFS, Engine, EngineConfig, KVCacheManager, Policy, PrefixMatch
-from step02_paged.geometry import PoolGeometry
+from step02_paged import FCFS, Engine, EngineConfig, Policy
 from tests.driver import drive_to_end, with_reference
 
 
@@ -27,10 +30,11 @@ def reference(model):
     return with_reference(model, ragged_prompts(6, seed=1) + [[7], [1, 2]], new_tokens=10)
 
 
-@pytest.mark.task("task2.schedule")
-@pytest.mark.task("task2.allocate_slots")
+@pytest.mark.task("task2.allocate_free")
 @pytest.mark.task("task2.slot_mapping")
 @pytest.mark.task("task2.paged_attention")
+@pytest.mark.task("task2.allocate_slots")
+@pytest.mark.task("task2.schedule")
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("chunked", [True, False])
 def test_engine_matches_step01(model, reference, block_size, chunked):
@@ -41,6 +45,10 @@ def test_engine_matches_step01(model, reference, block_size, chunked):
     assert [o.output_ids for o in outs] == expected
 
 
+@pytest.mark.task("task2.allocate_free")
+@pytest.mark.task("task2.slot_mapping")
+@pytest.mark.task("task2.paged_attention")
+@pytest.mark.task("task2.allocate_slots")
 @pytest.mark.task("task2.schedule")
 @pytest.mark.parametrize("block_size", [4, 16])
 def test_small_pool_forces_preemption_without_changing_tokens(model, reference, block_size):
@@ -52,6 +60,10 @@ def test_small_pool_forces_preemption_without_changing_tokens(model, reference, 
     assert sum(o.num_preemptions for o in outs) > 0, "the pool was meant to be too small for the batch"
 
 
+@pytest.mark.task("task2.allocate_free")
+@pytest.mark.task("task2.slot_mapping")
+@pytest.mark.task("task2.paged_attention")
+@pytest.mark.task("task2.allocate_slots")
 @pytest.mark.task("task2.schedule")
 def test_decodes_are_batched_with_a_prefill_chunk(model):
     """Continuous batching: while a long prompt prefills in chunks, the running decodes keep stepping."""
@@ -64,7 +76,11 @@ def test_decodes_are_batched_with_a_prefill_chunk(model):
     assert sizes[short] == 1 and sum(sizes.values()) == 16  # one decode + a 15-token chunk
 
 
+@pytest.mark.task("task2.allocate_free")
+@pytest.mark.task("task2.slot_mapping")
+@pytest.mark.task("task2.paged_attention")
 @pytest.mark.task("task2.allocate_slots")
+@pytest.mark.task("task2.schedule")
 def test_blocks_grow_one_at_a_time(model):
     engine = Engine(model, EngineConfig(num_blocks=32, block_size=4))
     sid = engine.add_request([5] * 5, SamplingParams(max_new_tokens=8))
@@ -165,16 +181,3 @@ def test_real_model_engine_matches_step01(real_model, tokenizer):
     outs = Engine(real_model, EngineConfig(num_blocks=64, block_size=16, max_num_batched_tokens=64)).generate(
         prompts, params)
     assert [o.output_ids for o in outs] == [generate(real_model, p, params) for p in prompts]
-
-
-@pytest.mark.task("task2.allocate_slots")
-def test_free_releases_a_table_tail_first():
-    """As vLLM's KVCacheManager frees: a request's last block goes back to the free list first, so the free list
-    hands out its end before its start (the start is what other requests are likelier to share)."""
-    kv = KVCacheManager(PoolGeometry(3, 4))
-    seq = kv.new_sequence(0, list(range(12)), SamplingParams())
-    assert kv.allocate_slots(seq, 12, PrefixMatch())
-    table = list(seq.block_table)
-    kv.free(seq)
-    assert list(kv.block_manager.free_blocks) == table[::-1]
-    kv.check_invariants()

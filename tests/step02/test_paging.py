@@ -1,5 +1,6 @@
 """Slot mapping, store, gather and paged attention against plain Python loops (the mini-vllm tutorial's
-unoptimized code) and contiguous attention."""
+unoptimized code) and contiguous attention. Paged attention is graded on metadata built here by those loops, so it
+needs no slot-mapping homework."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,7 @@ from step02_paged.block_table import BlockTable
 from step02_paged.forward_batch import ForwardBatch
 from step02_paged.geometry import PoolGeometry
 from step02_paged.kv_pool import KVPool
-from step02_paged.paged_attention import AttentionMetadata, PagedAttention
+from step02_paged.paged_attention import AttentionMetadata, PagedAttention, PrefillSpan
 from step02_paged.sequence import Sequence
 from step02_paged.slot_mapping import block_table_tensor, context_slots, slot_mapping
 
@@ -86,20 +87,43 @@ def test_step_metadata_positions_and_slots_match_a_loop():
 
 
 @pytest.mark.task("task2.paged_attention")
-def test_paged_attention_equals_contiguous_attention():
-    """Per layer: the step's K/V land in the pool, and each sequence attends over exactly its own context."""
-    cfg = tiny_config()
-    bs, tables, computed, new = 2, [[4, 1], [0, 5, 3], [2]], [2, 0, 0], [1, 5, 2]
-    pool = KVPool(cfg, PoolGeometry(6, bs))
-    hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    cached_k, cached_v = torch.randn(2, hkv, d), torch.randn(2, hkv, d)  # sequence 0's first two tokens
-    pool.store(1, torch.tensor([naive_slot(tables[0], p, bs) for p in range(2)]), cached_k, cached_v)
-    q, k, v = torch.randn(8, hq, d), torch.randn(8, hkv, d), torch.randn(8, hkv, d)
-    out = PagedAttention.for_step(pool, ForwardBatch.from_block_tables(tables, computed, new, bs)).attend(1, q, k, v)
-    decode = attention(q[:1], torch.cat([cached_k, k[:1]]), torch.cat([cached_v, v[:1]]), None)
-    first = attention(q[1:6], k[1:6], v[1:6], causal_mask(torch.arange(5), 5))
-    second = attention(q[6:], k[6:], v[6:], causal_mask(torch.arange(2), 2))
-    torch.testing.assert_close(out, torch.cat([decode, first, second]))
+@pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 4), (8, 1)])
+def test_paged_attention_equals_contiguous_attention(heads, kv_heads):
+    """Two decodes of different contexts, a prefill chunk after 2 cached tokens and a fresh prompt, with metadata
+    built here by the naive page-table lookup: the step's K/V land in the pool, and each sequence attends over
+    exactly its own context (chapter 1's attention over contiguous K/V is the reference)."""
+    cfg = tiny_config(num_heads=heads, num_kv_heads=kv_heads)
+    bs, tables, computed, new = 2, [[4, 1], [0, 5, 3], [6, 2, 7], [8]], [2, 4, 2, 0], [1, 1, 3, 2]
+    pool = KVPool(cfg, PoolGeometry(9, bs))
+    hkv, d = cfg.num_kv_heads, cfg.head_dim
+    gen = torch.Generator().manual_seed(0)
+    cached = [(torch.randn(c, hkv, d, generator=gen), torch.randn(c, hkv, d, generator=gen)) for c in computed]
+    for table, (ck, cv) in zip(tables, cached):  # the earlier steps' K/V, written at their naive addresses
+        for p, (kk, vv) in enumerate(zip(ck, cv)):
+            pool.k[1, table[p // bs], p % bs], pool.v[1, table[p // bs], p % bs] = kk, vv
+    rows = [(i, p) for i, (c, n) in enumerate(zip(computed, new)) for p in range(c, c + n)]
+    width = max(c + n for c, n in zip(computed[:2], new[:2]))
+    md = AttentionMetadata(
+        slot_mapping=torch.tensor([naive_slot(tables[i], p, bs) for i, p in rows]), num_decodes=2,
+        decode_slots=torch.tensor([[naive_slot(tables[i], min(p, c), bs) for p in range(width)]
+                                   for i, c in enumerate(computed[:2])]),
+        decode_mask=torch.tensor([[[p > c for p in range(width)]] for c in computed[:2]]),
+        prefills=tuple(PrefillSpan(start, start + new[i], torch.tensor([naive_slot(tables[i], p, bs)
+                                                                        for p in range(computed[i] + new[i])]),
+                                   torch.tensor([[p > computed[i] + r for p in range(computed[i] + new[i])]
+                                                 for r in range(new[i])]))
+                       for i, start in [(2, 2), (3, 5)]))
+    T = len(rows)
+    q, k, v = torch.randn(T, cfg.num_heads, d), torch.randn(T, hkv, d), torch.randn(T, hkv, d)
+    out = PagedAttention(pool, md).attend(1, q, k, v)
+    expected, start = [], 0
+    for i, (c, n) in enumerate(zip(computed, new)):
+        keys, values = torch.cat([cached[i][0], k[start: start + n]]), torch.cat([cached[i][1], v[start: start + n]])
+        expected.append(attention(q[start: start + n], keys, values, causal_mask(torch.arange(c, c + n), c + n)))
+        start += n
+    torch.testing.assert_close(out, torch.cat(expected))
+    for (i, p), kk in zip(rows, k):
+        assert torch.equal(pool.k[1, tables[i][p // bs], p % bs], kk), f"row of sequence {i}, position {p}"
     assert pool.k[0].abs().sum() == 0, "another layer was written"
 
 
