@@ -4,7 +4,8 @@ replay and overlap scheduling, each one option.
 Nothing above the KV store changes: the scheduler, chunked prefill, preemption and every prefix cache of
 chapters 3-5 run as they did, because they only ever produced block tables and the attention only ever read
 them. `cuda_graphs=True` gives the engine a runner that replays decode steps from CUDA graphs (GPU only; see
-cuda_graph.py); `overlap=True` makes it chapter 2's engine with its step overlapped (overlap.py).
+cuda_graph.py); `compile=True` one that runs the model compiled by torch.compile (compiled_runner.py);
+`overlap=True` makes it chapter 2's engine with its step overlapped (overlap.py).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from step04_radix.policy import make_policy
 from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager, SpeculativeConfig, SpeculativeEngine
 
 from .cascade_policy import MIN_SEQS, MIN_TOKENS, CascadePolicy
+from .compiled_runner import CompiledRunner
 from .cuda_graph import EXTEND_SIZES, CUDAGraphRunner
 from .fp8_pool import KVScales, kv_pool
 from .overlap import OverlapEngine, check_no_speculation
@@ -39,19 +41,22 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
                 cuda_graphs: bool = False, fuse: bool = False, overlap: bool = False, cascade: bool = False,
                 host_blocks: int = 0, policy: str = "fcfs", cascade_min_tokens: int = MIN_TOKENS,
                 cascade_min_seqs: int = MIN_SEQS, kv_cache_dtype: str = "auto", kv_scales: KVScales | None = None,
-                num_speculative_tokens: int = 0, **config) -> Engine:
+                num_speculative_tokens: int = 0, compile: bool = False, **config) -> Engine:
     """Chapter 2's engine (`overlap`: chapter 6's `OverlapEngine`) with chapter `prefix_cache`'s manager, `config`
     (EngineConfig's fields), on `attention_backend`; `cuda_graphs` (with `fuse`: the fused decode step) on a GPU;
     `cascade`: decode steps read each prefix shared by `cascade_min_seqs` rows or more, `cascade_min_tokens` long
     or more, once (Triton only); `host_blocks` > 0 puts chapter 5's host tier under the bridge; `policy` orders
     the waiting queue (chapter 4's `fcfs`, `lpm` or `dfs-weight`); `kv_cache_dtype` ("auto" or "fp8_e4m3") and
     `kv_scales` choose the pool (fp8_pool.py); `num_speculative_tokens` > 0 verifies that many prompt-lookup guesses
-    per decode step (chapter 5's `SpeculativeEngine`). Every option is checked before anything is built."""
+    per decode step (chapter 5's `SpeculativeEngine`); `compile`: the model compiled by torch.compile, attention a
+    custom op (compiled_runner.py; with `cuda_graphs`, the graphs capture the compiled step). Every option is checked
+    before anything is built."""
     if attention_backend not in BACKENDS:
         raise ValueError(f"attention_backend must be one of {sorted(BACKENDS)}, got {attention_backend!r}")
     if prefix_cache not in PREFIX_CACHES:
         raise ValueError(f"prefix_cache must be one of {sorted(PREFIX_CACHES)}, got {prefix_cache!r}")
-    for name, value in (("cuda_graphs", cuda_graphs), ("fuse", fuse), ("overlap", overlap), ("cascade", cascade)):
+    for name, value in (("cuda_graphs", cuda_graphs), ("fuse", fuse), ("overlap", overlap), ("cascade", cascade),
+                        ("compile", compile)):
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be True or False, got {value!r}")
     if cascade and attention_backend != "triton":
@@ -60,6 +65,8 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
         raise ValueError("cuda_graphs replays the Triton decode step: use attention_backend='triton'")
     if fuse and not cuda_graphs:
         raise ValueError("fuse applies to the captured decode step: use cuda_graphs=True")
+    if compile and fuse:
+        raise ValueError("fuse is the hand-fused step, compile lets the compiler fuse the same code: use one of them")
     if host_blocks and prefix_cache != "bridge":
         raise ValueError("the host tier is chapter 5's: use prefix_cache='bridge' with host_blocks")
     speculative = SpeculativeConfig(num_speculative_tokens) if num_speculative_tokens else None
@@ -75,7 +82,8 @@ def make_engine(model: Transformer, prefix_cache: str = "bridge", attention_back
     engine_config = EngineConfig(**config)
     manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks) if host_blocks else \
         PREFIX_CACHES[prefix_cache]
-    runner = functools.partial(CUDAGraphRunner, fuse=fuse) if cuda_graphs else ModelRunner
+    runner = CompiledRunner if compile else \
+        functools.partial(CUDAGraphRunner, fuse=fuse) if cuda_graphs else ModelRunner
     args = (model, engine_config, manager, BACKENDS[attention_backend], order, runner)
     if speculative:
         engine = SpeculativeEngine(*args, pool=pool, speculative=speculative)

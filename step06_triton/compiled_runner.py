@@ -1,0 +1,146 @@
+"""The model compiled by `torch.compile` (Inductor), attention a custom op that the graph does not look into.
+
+fusion.py fused a decode step by hand, one fusion at a time (q/k/v one product, residual add + RMSNorm one kernel).
+A compiler finds the same fusions by itself, if it can see the model's code: everything but the attention, whose
+kernels are our own (Triton, or chapter 2's torch code) and read state that is not a tensor argument (the step's
+block table and slots, and the pool that it writes). So, as vLLM does, attention becomes one custom operator:
+- `kvcourse::attend(q, k, v, layer)` is registered with `torch.library.custom_op`, with a fake implementation
+  (the output's shape and dtype, no work) so that the compiler can trace through it; the compiled graph calls it as
+  an opaque function, one call per layer;
+- the op reads the step's attention store (chapter 2's `StepAttention`, whatever backend made it) from a per-forward
+  context that the runner sets around each forward (`forward_context`): the graph's inputs stay the token ids and
+  positions. vLLM's runner does the same with `set_forward_context(...)`, and its attention layer calls
+  `torch.ops.vllm.unified_attention*`, a custom op that reads the metadata and the layer's KV cache from
+  `get_forward_context()`.
+The op declares no mutated argument: the pool it writes is not an argument. Nothing can reorder or drop a call, since
+each layer's output feeds the next layer and the step's logits.
+
+The token count changes every step (decode batches, prefill chunks), so the graph is compiled once with a symbolic
+token dimension, not once per size: a compile costs seconds (tiny model, CPU) to a minute (a 30-layer model, GPU), and
+a compile per padded decode size and per chunk size would take minutes. The dimension is marked *unbacked*
+(`mark_unbacked`): a plain dynamic dimension (`mark_dynamic`) is specialized at sizes 0 and 1, so the first
+single-token step would compile the model a second time. One compiled model per (model, backend, dynamic) per
+process: every engine built on the same model shares it (`compiled_model`).
+
+On a GPU the runner is chapter 6's `CUDAGraphRunner` with the compiled forward inside: `capture` records the compiled
+step per decode batch-size bucket (and split axis) and per extend size, in the same static buffers; any other step
+runs the compiled forward without a graph. On a CPU there are no graphs and every step runs the compiled forward.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from step01_kvcache.attention import KVStore
+from step01_kvcache.model import Transformer
+from step02_paged.attention_backend import AttentionBackend
+from step02_paged.kv_pool import KVPool
+
+from .cuda_graph import CUDAGraphRunner
+
+_step_store: list[KVStore] = []  # the forward in progress's attention store (set by `forward_context`)
+
+
+@contextlib.contextmanager
+def forward_context(store: KVStore) -> Iterator[None]:
+    """Within the block, `kvcourse::attend` attends through `store` (this step's)."""
+    _step_store.append(store)
+    try:
+        yield
+    finally:
+        _step_store.pop()
+
+
+@torch.library.custom_op("kvcourse::attend", mutates_args=())
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+    """The step's store of `layer`: store k, v [T, Hkv, D] into the pool, attend q [T, Hq, D]; [T, Hq * D]."""
+    if not _step_store:
+        raise RuntimeError("kvcourse::attend ran outside a forward_context: no step's attention store to read")
+    return _step_store[-1].attend(layer, q, k, v)
+
+
+@attend.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+    return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+
+
+class OpStore:
+    """The KV store the compiled graph sees: every layer's attention is one call of the custom op."""
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.ops.kvcourse.attend(q, k, v, layer)
+
+
+class NoAttention:
+    """The store of the compile's warm-up forward: zeros, nothing stored (it reads no pool)."""
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return q.new_zeros(q.shape[0], q.shape[1] * q.shape[2])
+
+
+class CompiledModel:
+    """Chapter 1's model, its forward compiled; called as the model is (`model(input_ids, positions, kv)`), it sets
+    `kv` as the forward's context. `compute_logits` (the LM head, one product) and the model's attributes are the
+    model's own."""
+
+    def __init__(self, model: Transformer, backend: str | Callable = "inductor", dynamic: str = "unbacked") -> None:
+        if dynamic not in ("unbacked", "backed"):
+            raise ValueError(f"dynamic must be 'unbacked' or 'backed', got {dynamic!r}")
+        self.model, self.backend, self.dynamic = model, backend, dynamic
+        store = OpStore()
+        self.compiled = torch.compile(lambda ids, pos: model(ids, pos, store), backend=backend, fullgraph=True)
+        self.compile_seconds = self._compile()
+
+    @torch.inference_mode()  # as the engine's steps run: a forward in another grad mode would compile again
+    def _compile(self) -> float:
+        """Compile now (one warm-up forward of 8 tokens through `NoAttention`), not in the engine's first step;
+        returns the seconds it took."""
+        ids = torch.zeros(8, dtype=torch.long, device=self.model.device)
+        pos = torch.arange(8, device=self.model.device)
+        t0 = time.perf_counter()
+        self(ids, pos, NoAttention())
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVStore) -> torch.Tensor:
+        # the token dimension marked on every call: Dynamo reads the mark only when it compiles, which may happen
+        # again (its guards also hold global state: a change of torch's thread count compiles the model again)
+        dynamo = torch._dynamo
+        mark = dynamo.decorators.mark_unbacked if self.dynamic == "unbacked" else dynamo.maybe_mark_dynamic
+        mark(input_ids, 0)
+        mark(positions, 0)
+        with forward_context(kv):
+            return self.compiled(input_ids, positions)
+
+    def __getattr__(self, name: str):  # config, device, dtype, compute_logits, parameters ...: the model's
+        if name == "model":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+
+def compiled_model(model: Transformer, backend: str = "inductor", dynamic: str = "unbacked") -> CompiledModel:
+    """The one `CompiledModel` of `model` per backend and dynamic mode in this process (kept on the model)."""
+    cache = model.__dict__.setdefault("_compiled_forwards", {})
+    if (backend, dynamic) not in cache:
+        cache[backend, dynamic] = CompiledModel(model, backend, dynamic)
+    return cache[backend, dynamic]
+
+
+class CompiledRunner(CUDAGraphRunner):
+    """Chapter 2's runner contract over the compiled model: every step's forward runs the compiled graph; on a GPU,
+    after `capture`, decode steps and short chunks replay it from CUDA graphs (cuda_graph.py)."""
+
+    def __init__(self, model: Transformer, attention: AttentionBackend, pool: KVPool, backend: str = "inductor",
+                 dynamic: str = "unbacked") -> None:
+        compiled = compiled_model(model, backend, dynamic)
+        super().__init__(compiled, attention, pool)  # type: ignore[arg-type]  # called as the model is
+        self.compiled = compiled
+
+    @property
+    def compile_seconds(self) -> float:
+        """Seconds the compile took (once per process: an engine built later on the same model reuses it)."""
+        return self.compiled.compile_seconds
