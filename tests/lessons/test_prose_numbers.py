@@ -383,7 +383,7 @@ def test_step03_readme():
     from step02_paged.cache_manager import PrefixCacheStats
     from step02_paged.config import EngineConfig
 
-    path = "step03_prefix_hash/README.md"
+    path = "step03_prefix_hash/"  # the README and its results page
     long, B = workload("long"), BLOCK_SIZE
     prompt, new = _warm_long(B)
     linear, per_key = _layer_flops()
@@ -392,42 +392,43 @@ def test_step03_readme():
     warm = new * linear + per_key * sum(range(prompt - new + 1, prompt + 1))
     run = figures("step03", "long")
     assert run["hf_shared_prefix_tokens"] == long["shared_prefix"]
-    says(path, f"a reference manual + a {long['new_min']}–{long['new_max']}-token question",
-         f"the same {long['shared_prefix']:,} tokens) the model runs ~{long['tokens_min']:,} tokens through "
-         f"{S['num_layers']} layers", f"the ~{new} question tokens are new",
-         f"total / new ≈ {run['speedup_bound']:.0f}×", f"a shared reference text and {long['requests']} questions",
-         f"ours is a {len(_tokenizer().encode((TEXTS / 'long_reference.txt').read_text().strip())):,}-token manual",
-         f"bring to {long['shared_prefix']:,} shared tokens", f"computes only its ~{new} new tokens",
-         f"those {new} tokens still attend over all ~{prompt:,} keys",
-         f"attention is about {round(attention, 1):.0%} of a", f"nearer {cold / warm:.0f}×", f"and {new}-row matmuls",
-         f"({S['num_layers']} layers × K and V × {long['shared_prefix']:,} tokens × {S['num_kv_heads']} KV heads × "
-         f"{S['head_dim']} × 4 bytes ≈ "
-         f"{S['num_layers'] * 2 * long['shared_prefix'] * S['num_kv_heads'] * S['head_dim'] * 4 / 1e6:.0f} MB)",
-         f"in {hashlib.sha256().digest_size} bytes", f"it is {sys.hash_info.width} bits")
+    says_in(path, f"a reference manual + a {long['new_min']}–{long['new_max']}-token question",
+            f"the same {long['shared_prefix']:,} tokens) the model runs ~{long['tokens_min']:,} tokens through "
+            f"{S['num_layers']} layers", f"the ~{new} question tokens are new",
+            f"total / new ≈ {run['speedup_bound']:.0f}×", f"a shared reference text and {long['requests']} questions",
+            f"ours is a {len(_tokenizer().encode((TEXTS / 'long_reference.txt').read_text().strip())):,}-token manual",
+            f"bring to {long['shared_prefix']:,} shared tokens", f"computes only its ~{new} new tokens",
+            f"those {new} tokens still attend over all ~{prompt:,} keys",
+            f"attention is about {round(attention, 1):.0%} of a", f"nearer {cold / warm:.0f}×",
+            f"and {new}-row matmuls",
+            f"({S['num_layers']} layers × K and V × {long['shared_prefix']:,} tokens × {S['num_kv_heads']} KV heads × "
+            f"{S['head_dim']} × 4 bytes ≈ "
+            f"{S['num_layers'] * 2 * long['shared_prefix'] * S['num_kv_heads'] * S['head_dim'] * 4 / 1e6:.0f} MB)",
+            f"in {hashlib.sha256().digest_size} bytes", f"it is {sys.hash_info.width} bits")
     budget = EngineConfig().max_num_batched_tokens
-    says(path, f"the cold prefill's {budget}-row chunks", f"every score of a {budget}-token chunk")
+    says_in(path, f"than the {budget}-row chunks of the cold", f"every score of a {budget}-token chunk")
     diverge = workload("diverge")
-    says(path, f"workload shares {diverge['shared_prefix']} tokens, and a block cache reuses "
-               f"{diverge['shared_prefix'] // B * B} of them",
-         f"A {2 * B}-token prompt that is entirely cached reuses {(2 * B - 1) // B * B} tokens and recomputes "
-         f"{2 * B - (2 * B - 1) // B * B}")
-    says(path, f"the last {PrefixCacheStats().recent.maxlen:,} requests")
-    says(path, f"The setting: {run['new_tokens']} new tokens per request, blocks of {B} tokens",
-         f"on a shared {_results('step03', 'long')['machine']['cores']}-core machine)")
+    says_in(path, f"workload shares {diverge['shared_prefix']} tokens, and a block cache reuses "
+                  f"{diverge['shared_prefix'] // B * B} of them",
+            f"A {2 * B}-token prompt that is entirely cached reuses {(2 * B - 1) // B * B} tokens and recomputes "
+            f"{2 * B - (2 * B - 1) // B * B}")
+    says_in(path, f"the last {PrefixCacheStats().recent.maxlen:,} requests")
+    says_in(path, f"The setting: {run['new_tokens']} new tokens per request, blocks of {B} tokens",
+            f"on a shared {_results('step03', 'long')['machine']['cores']}-core machine)")
     shared = figures("step03", "shared_prefix")
     per_round = shared["requests"] // 2
     hits = [round(r * per_round) for r in shared["request_hit_rate_per_round"]]
-    says(path, f"round 1, {hits[0]} of {per_round} requests hit", f"round 2, {hits[1]} of {per_round}",
-         f"reuses the {shared['hf_shared_prefix_tokens']} shared tokens rounded down to "
-         f"{shared['hf_shared_prefix_tokens'] // B * B} ({shared['hf_shared_prefix_tokens'] // B} whole blocks)")
+    says_in(path, f"round 1, {hits[0]} of {per_round} requests hit", f"round 2, {hits[1]} of {per_round}",
+            f"reuses the {shared['hf_shared_prefix_tokens']} shared tokens rounded down to "
+            f"{shared['hf_shared_prefix_tokens'] // B * B} ({shared['hf_shared_prefix_tokens'] // B} whole blocks)")
     short = prompts("short")
     personas = [_lcp(short[i], short[j]) for i in range(3) for j in range(i + 3, 9, 3)]
-    says(path, f"each persona shares {min(personas)}–{max(personas)} tokens, and whole blocks cover "
-               f"{min(personas) // B * B} of them",
-         f"a perfect token cache's {workload('short')['ideal_hit_rate']:.1%}")
+    says_in(path, f"each persona shares {min(personas)}–{max(personas)} tokens, and whole blocks cover "
+                  f"{min(personas) // B * B} of them",
+            f"a perfect token cache's {workload('short')['ideal_hit_rate']:.1%}")
     assert max(personas) // B == min(personas) // B
     probe = micro_benchmarks.__defaults__[0]
-    says(path, f"hashed {round(probe / 1000)}k-token prompt is {(probe - 1) // B} dict probes")
+    says_in(path, f"hashed {round(probe / 1000)}k-token prompt is {(probe - 1) // B} dict probes")
 
 
 
@@ -1229,12 +1230,14 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                 "At batch 1 a row"),
         SOURCE: ("min(1, p(x)/q(x)) and otherwise samples from max(0, p − q)", "(2023, github.com/apoorvumang"),
     },
-    "step03_prefix_hash/README.md": {
+    "step03_prefix_hash/": {
         NAME: ("SHA-256", "RFC #16016"),
         GIVEN: ("the same 2,000-token document", "2,000-token prompt", "by its own 16 tokens only",
                 "With 16-token blocks a 32-token repeat recomputes 16 tokens", "recompute only 1",
                 "the same new 1,000-token prefix"),
         FIGURE: ("blocks 0 and 1 (ref 2), three branches, and the LRU free queue 8, 9, 3*, 2*", "(4-token blocks)",
+                 "seq 1 and seq 2 are the two holders and blocks 0 and 1 have ref 2",
+                 "block 4 has ref 1 and ends the walk",
                  "Blocks 0 and 1 hold the system prompt and are shared by seq 1 and seq 2: ref 2.",
                  "Request 0 has finished: its blocks 2 and 3 keep their hashes at ref 0",
                  "the never-used blocks 8 and 9 first (1st and 2nd); block 3", '"evicted 3rd"', "(ref 2)"),
@@ -1243,6 +1246,7 @@ ALLOWED: dict[str, dict[str, tuple[str, ...]]] = {
                  "100-200 ns per token", "100–200 ns/token", "reported 62.8% with its own texts",
                  "of 1 token by default"),
         COUNT: ("ref + 1", "drops to 0", "O(1)", "ref 0", "at ref 0", "with ref count 0",
+                "with [ref count](../GLOSSARY.md#reference-count) 0",
                 "salt on block 0", "Block 0 is a", "near 1)", "count was 0"),
         TESTS: ("(ref 2 on a hit",),
     },
