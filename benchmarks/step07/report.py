@@ -17,12 +17,14 @@ def headline() -> str:
             f"{b['hit_rate']:.3f}; same answers from every design: {fmt(f['outputs_identical'])}")
 
 
-@register("step07", headline)
-def render() -> Rendered:
-    rec = need("step07", "short")
+SERVER = ("<!-- server:begin (python -m course report --write) -->", "<!-- server:end -->")
+
+
+def server_table(rec: dict) -> list[str]:
+    """The `short` workload through the server, per cache design: what the clients and a subscriber to the KV events
+    saw (unit 1's *Measured here*, and the results page)."""
     f = rec["figures"]
-    lines = [provenance([rec]), "",
-             f"**The `short` workload through the server**: {f['requests']} requests in rounds of {f['per_round']} "
+    lines = [f"**The `short` workload through the server**: {f['requests']} requests in rounds of {f['per_round']} "
              f"streamed at once by clients on 127.0.0.1, {f['new_tokens']} new tokens each, greedy, a pool of "
              f"{f['pool_tokens']} tokens; a ZMQ subscriber to the KV events beside them. *TTFT* is the time to the "
              "first streamed event, median over the first round (every prompt new) and over the later ones.", ""]
@@ -34,7 +36,20 @@ def render() -> Rendered:
                     "BlockStored events / blocks", "blocks removed", "bytes on the wire", "blocks cached at the end",
                     "rebuilt = cache"], rows)
     lines += ["", f"Same answers from every design: {fmt(f['outputs_identical'])}. *rebuilt = cache*: the blocks a "
-              "subscriber rebuilt from the events alone equal the cache's own, hashes, parents and tokens.", ""]
+              "subscriber rebuilt from the events alone equal the cache's own, hashes, parents and tokens."]
+    return lines
+
+
+def sections() -> dict[tuple[str, str], str]:
+    """Unit 1's *Measured here*: the server's table, with the machine it ran on."""
+    rec = need("step07", "short")
+    return {SERVER: "\n".join([provenance([rec]), ""] + server_table(rec)) + "\n"}
+
+
+@register("step07", headline, sections=sections)
+def render() -> Rendered:
+    rec = need("step07", "short")
+    lines = [provenance([rec]), ""] + server_table(rec) + [""]
     routing = need("step07", "routing")
     if routing["machine"] != rec["machine"]:
         lines += [provenance([routing]), ""]
