@@ -134,9 +134,11 @@ class CompiledRunner(CUDAGraphRunner):
     """Chapter 2's runner contract over the compiled model: every step's forward runs the compiled graph; on a GPU,
     after `capture`, decode steps and short chunks replay it from CUDA graphs (cuda_graph.py)."""
 
-    def __init__(self, model: Transformer, attention: AttentionBackend, pool: KVPool, backend: str = "inductor",
-                 dynamic: str = "unbacked") -> None:
-        compiled = compiled_model(model, backend, dynamic)
+    backend, dynamic = "inductor", "unbacked"  # torch.compile's backend; CompiledModel's token dimension
+
+    def __init__(self, model: Transformer, attention: AttentionBackend, pool: KVPool, backend: str | None = None,
+                 dynamic: str | None = None) -> None:
+        compiled = compiled_model(model, backend or self.backend, dynamic or self.dynamic)
         super().__init__(compiled, attention, pool)  # type: ignore[arg-type]  # called as the model is
         self.compiled = compiled
 
