@@ -72,7 +72,7 @@ def add(sched: Scheduler, seq_id: int, prompt_len: int, new_tokens: int) -> Sequ
 
 def step(sched: Scheduler) -> list[tuple[Sequence, int]]:
     """One engine step around `schedule`, with the checks that hold for every step of every schedule."""
-    running_before = list(sched.running)
+    waiting_before = list(sched.waiting)
     batch = sched.schedule()
     cfg = sched.config
     assert sum(n for _, n in batch) <= cfg.max_num_batched_tokens, "over the token budget"
@@ -86,7 +86,7 @@ def step(sched: Scheduler) -> list[tuple[Sequence, int]]:
     for seq in sched.preempted:
         assert seq in sched.waiting and seq.num_computed_tokens == 0 and seq.seq_id not in sched.cache_manager.held
     if sched.preempted:
-        assert {s.seq_id for s in sched.running} <= {s.seq_id for s in running_before}, "admitted after a preemption"
+        assert not [s for s in sched.running if s in waiting_before], "admitted in a step that preempted"
     for seq, n in batch:
         sampled = n == seq.num_pending_tokens
         seq.advance(n)
@@ -168,3 +168,18 @@ def test_the_most_recent_sequence_is_preempted_and_queued_first():
     assert len(seqs[2].output_ids) == 1, "a preempted sequence keeps the tokens it sampled"
     run_to_end(sched)
     assert all(len(s.output_ids) == 8 for s in seqs)
+
+
+@pytest.mark.task("task2.schedule")
+def test_nothing_is_admitted_in_a_step_that_preempted():
+    """A decodes, B prefills in chunks under a 4-token budget, and the pool is full: B's next chunk needs a block,
+    so B (the most recent) is preempted. The block it gave back would take a new 3-token chunk of it, but a step
+    that preempted admits nobody: the pool is tight."""
+    sched = scheduler(num_blocks=4, block_size=4, max_num_batched_tokens=4)
+    a, b = add(sched, 0, 8, 20), add(sched, 1, 8, 20)
+    assert [(s.seq_id, n) for s, n in step(sched)] == [(0, 4)]
+    assert [(s.seq_id, n) for s, n in step(sched)] == [(0, 4)]
+    assert [(s.seq_id, n) for s, n in step(sched)] == [(0, 1), (1, 3)]  # A: 3 blocks, B: 1, none free
+    assert [(s.seq_id, n) for s, n in step(sched)] == [(0, 1)]
+    assert sched.preempted == [b] and list(sched.waiting) == [b] and sched.running == [a]
+
