@@ -19,7 +19,7 @@ The token count changes every step (decode batches, prefill chunks), so the grap
 token dimension, not once per size: a compile costs seconds (tiny model, CPU) to a minute (a 30-layer model, GPU), and
 a compile per padded decode size and per chunk size would take minutes. The dimension is marked *unbacked*
 (`mark_unbacked`): a plain dynamic dimension (`mark_dynamic`) is specialized at sizes 0 and 1, so the first
-single-token step would compile the model a second time. One compiled model per (model, backend, dynamic) per
+single-token step would compile the model a second time. One compiled model per (model, backend, dynamic, freeze) per
 process: every engine built on the same model shares it (`compiled_model`).
 
 On a GPU the runner is chapter 6's `CUDAGraphRunner` with the compiled forward inside: `capture` records the compiled
@@ -86,12 +86,16 @@ class CompiledModel:
     `kv` as the forward's context. `compute_logits` (the LM head, one product) and the model's attributes are the
     model's own."""
 
-    def __init__(self, model: Transformer, backend: str | Callable = "inductor", dynamic: str = "unbacked") -> None:
+    def __init__(self, model: Transformer, backend: str | Callable = "inductor", dynamic: str = "unbacked",
+                 freeze: bool = False) -> None:
         if dynamic not in ("unbacked", "backed"):
             raise ValueError(f"dynamic must be 'unbacked' or 'backed', got {dynamic!r}")
-        self.model, self.backend, self.dynamic = model, backend, dynamic
+        self.model, self.backend, self.dynamic, self.freeze = model, backend, dynamic, freeze
         store = OpStore()
-        self.compiled = torch.compile(lambda ids, pos: model(ids, pos, store), backend=backend, fullgraph=True)
+        # freeze: Inductor takes the weights as constants (inference only) and may fold them, e.g. concatenate the
+        # weights of products that read one input (q/k/v, gate/up) into one, as vLLM's merged layers hold them
+        self.compiled = torch.compile(lambda ids, pos: model(ids, pos, store), backend=backend, fullgraph=True,
+                                      options={"freezing": True} if freeze else None)
         self.compile_seconds = self._compile()
 
     @torch.inference_mode()  # as the engine's steps run: a forward in another grad mode would compile again
@@ -122,23 +126,25 @@ class CompiledModel:
         return getattr(self.model, name)
 
 
-def compiled_model(model: Transformer, backend: str = "inductor", dynamic: str = "unbacked") -> CompiledModel:
-    """The one `CompiledModel` of `model` per backend and dynamic mode in this process (kept on the model)."""
+def compiled_model(model: Transformer, backend: str = "inductor", dynamic: str = "unbacked",
+                   freeze: bool = False) -> CompiledModel:
+    """The one `CompiledModel` of `model` per backend, dynamic mode and freezing in this process (kept on the
+    model)."""
     cache = model.__dict__.setdefault("_compiled_forwards", {})
-    if (backend, dynamic) not in cache:
-        cache[backend, dynamic] = CompiledModel(model, backend, dynamic)
-    return cache[backend, dynamic]
+    if (backend, dynamic, freeze) not in cache:
+        cache[backend, dynamic, freeze] = CompiledModel(model, backend, dynamic, freeze)
+    return cache[backend, dynamic, freeze]
 
 
 class CompiledRunner(CUDAGraphRunner):
     """Chapter 2's runner contract over the compiled model: every step's forward runs the compiled graph; on a GPU,
     after `capture`, decode steps and short chunks replay it from CUDA graphs (cuda_graph.py)."""
 
-    backend, dynamic = "inductor", "unbacked"  # torch.compile's backend; CompiledModel's token dimension
+    backend, dynamic, freeze = "inductor", "unbacked", False  # torch.compile's backend; CompiledModel's options
 
     def __init__(self, model: Transformer, attention: AttentionBackend, pool: KVPool, backend: str | None = None,
                  dynamic: str | None = None) -> None:
-        compiled = compiled_model(model, backend or self.backend, dynamic or self.dynamic)
+        compiled = compiled_model(model, backend or self.backend, dynamic or self.dynamic, self.freeze)
         super().__init__(compiled, attention, pool)  # type: ignore[arg-type]  # called as the model is
         self.compiled = compiled
 

@@ -12,6 +12,8 @@ is replayed from each runner's CUDA graph:
   compile, once per process and model, and the graph captures);
 - the wall time of a decode step through the engine (host included), median over the remaining steps.
 Then, fp32 on SmolLM2's shape: the greedy tokens of both runners equal the eager Triton engine's, request by request.
+Last, the compiled runner again with Inductor's freezing (the weights constants that it may fold: whether it merges
+the q/k/v and the gate/up products, as the hand-fused step and vLLM's merged layers do, shows in the kernel count).
 Each part is written to the JSON as soon as it ends; a part that fails leaves its error there and the others run.
 """
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .engine import workload
 
 REQUESTS, NEW_TOKENS, BLOCK = 64, 64, EngineConfig.block_size
 RUNNERS = {"fused_graphs": dict(cuda_graphs=True, fuse=True), "compiled_graphs": dict(cuda_graphs=True, compile=True)}
+PARTS = ["smollm2_135m", "llama_3_2_1b", "identity", "frozen"]
 T0 = time.perf_counter()
 
 
@@ -150,9 +153,11 @@ def decode_step(model: Transformer, runner: str, bandwidth: float) -> dict:
     return out
 
 
-def compiled_step(model: Transformer, bandwidth: float) -> dict:
-    """The compiled runner's decode step, its token dimension unbacked; if that compile fails on this stack, the
-    error is kept and a plain dynamic dimension (compiled again for one-token steps) is measured instead."""
+def compiled_step(model: Transformer, bandwidth: float, freeze: bool = False) -> dict:
+    """The compiled runner's decode step, its token dimension unbacked (with `freeze`, Inductor's freezing: weights
+    as constants, folded); if that compile fails on this stack, the error is kept and a plain dynamic dimension
+    (compiled again for one-token steps) is measured instead."""
+    CompiledRunner.freeze = freeze
     try:
         return decode_step(model, "compiled_graphs", bandwidth)
     except Exception as exc:  # noqa: BLE001 - kept in the JSON, then the fallback
@@ -166,6 +171,8 @@ def compiled_step(model: Transformer, bandwidth: float) -> dict:
             return dict(decode_step(model, "compiled_graphs", bandwidth), unbacked_error=error)
         finally:
             CompiledRunner.dynamic = "unbacked"
+    finally:
+        CompiledRunner.freeze = False
 
 
 def identity_fp32() -> dict:
@@ -198,8 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help=f"write the JSON here (e.g. {RESULTS.relative_to(RESULTS.parent.parent)}"
                     "/h200_compiled.json)")
-    ap.add_argument("--parts", nargs="+", default=["smollm2_135m", "llama_3_2_1b", "identity"],
-                    choices=["smollm2_135m", "llama_3_2_1b", "identity"], help="what to run (all by default)")
+    ap.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS, help="what to run, in this order (all by "
+                    "default): each model's two runners, the fp32 identity, then the compiled runner with Inductor's "
+                    "freezing on each model given")
     args = ap.parse_args(argv)
     if not needs_gpu("benchmarks.step06.compiled"):
         return 2
@@ -222,8 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     if "identity" in args.parts:
         parts.run(("identity_fp32",), identity_fp32)
+    for name in (n for n in MODELS if n in args.parts and "frozen" in args.parts):
+        model = random_model(MODELS[name], torch.bfloat16)
+        parts.run((name, "compiled_frozen_graphs"), lambda m=model: compiled_step(m, bandwidth, freeze=True))
+        del model
+        torch.cuda.empty_cache()
     for name in MODELS:
-        for runner in RUNNERS:
+        for runner in (*RUNNERS, "compiled_frozen_graphs"):
             r = parts.result.get(name, {}).get(runner, {})
             say(name, runner, *(f"{k}={r.get(k)}" for k in ("gpu_us_per_step", "kernels_per_layer", "gaps_us",
                                                               "floor_us", "compile_s", "error")))
