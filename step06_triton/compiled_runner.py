@@ -15,12 +15,17 @@ block table and slots, and the pool that it writes). So, as vLLM does, attention
 The op declares no mutated argument: the pool it writes is not an argument. Nothing can reorder or drop a call, since
 each layer's output feeds the next layer and the step's logits.
 
+As vLLM's model files hold them, q, k and v are one product over concatenated weights, and gate and up another
+(`merge`, the default: `MergedModel`, which runs chapter 1's forward code over merged modules); the compiler cannot
+merge products by itself (it fuses elementwise work, not matrix products that read one input). The merged weights
+are copies made once, as fusion.py's are.
+
 The token count changes every step (decode batches, prefill chunks), so the graph is compiled once with a symbolic
 token dimension, not once per size: a compile costs seconds (tiny model, CPU) to a minute (a 30-layer model, GPU), and
 a compile per padded decode size and per chunk size would take minutes. The dimension is marked *unbacked*
 (`mark_unbacked`): a plain dynamic dimension (`mark_dynamic`) is specialized at sizes 0 and 1, so the first
-single-token step would compile the model a second time. One compiled model per (model, backend, dynamic, freeze) per
-process: every engine built on the same model shares it (`compiled_model`).
+single-token step would compile the model a second time. One compiled model per (model, backend, dynamic, merge)
+per process: every engine built on the same model shares it (`compiled_model`).
 
 On a GPU the runner is chapter 6's `CUDAGraphRunner` with the compiled forward inside: `capture` records the compiled
 step per decode batch-size bucket (and split axis) and per extend size, in the same static buffers; any other step
@@ -31,15 +36,21 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from step01_kvcache.attention import KVStore
-from step01_kvcache.model import Transformer
+from step01_kvcache.attention import Attention, KVStore
+from step01_kvcache.layers import MLP
+from step01_kvcache.model import DecoderLayer, Transformer
+from step01_kvcache.rope import apply_rotary
 from step02_paged.attention_backend import AttentionBackend
 from step02_paged.kv_pool import KVPool
 
 from .cuda_graph import CUDAGraphRunner
+from .fusion import silu_and_mul
 
 _step_store: list[KVStore] = []  # the forward in progress's attention store (set by `forward_context`)
 
@@ -81,21 +92,78 @@ class NoAttention:
         return q.new_zeros(q.shape[0], q.shape[1] * q.shape[2])
 
 
+class MergedAttention(nn.Module):
+    """Chapter 1's `Attention` with q, k and v one product over their concatenated weights (vLLM's
+    `QKVParallelLinear`); o_proj, the heads and the layer index are the module's own."""
+
+    qkv_weight: torch.Tensor
+
+    def __init__(self, attn: Attention) -> None:
+        super().__init__()
+        self.attn = attn
+        weights = [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]
+        self.register_buffer("qkv_weight", torch.cat(weights).detach(), persistent=False)
+        self.sizes = [w.shape[0] for w in weights]
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                kv: KVStore) -> torch.Tensor:
+        a, T = self.attn, x.shape[0]
+        q, k, v = F.linear(x, self.qkv_weight).split(self.sizes, dim=-1)
+        q, k = apply_rotary(q.view(T, a.num_heads, a.head_dim), k.view(T, a.num_kv_heads, a.head_dim), *rope)
+        return a.o_proj(kv.attend(a.layer, q, k, v.view(T, a.num_kv_heads, a.head_dim)))
+
+
+class MergedMLP(nn.Module):
+    """Chapter 1's `MLP` with gate and up one product (vLLM's `MergedColumnParallelLinear`)."""
+
+    gate_up_weight: torch.Tensor
+
+    def __init__(self, mlp: MLP) -> None:
+        super().__init__()
+        self.mlp = mlp
+        self.register_buffer("gate_up_weight", torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp.down_proj(silu_and_mul(F.linear(x, self.gate_up_weight)))
+
+
+class MergedLayer(nn.Module):
+    """A decoder layer over the merged modules: chapter 1's `DecoderLayer.forward`, its norms the layer's own."""
+
+    forward = DecoderLayer.forward
+
+    def __init__(self, layer: DecoderLayer) -> None:
+        super().__init__()
+        self.input_layernorm, self.post_attention_layernorm = layer.input_layernorm, layer.post_attention_layernorm
+        self.self_attn, self.mlp = MergedAttention(layer.self_attn), MergedMLP(layer.mlp)
+
+
+class MergedModel(nn.Module):
+    """Chapter 1's `Transformer.forward` over merged layers; embedding, RoPE and final norm the model's own."""
+
+    forward = Transformer.forward
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.embed_tokens, self.rope, self.norm = model.embed_tokens, model.rope, model.norm
+        self.layers = nn.ModuleList(MergedLayer(cast(DecoderLayer, layer)) for layer in model.layers)
+
+
 class CompiledModel:
     """Chapter 1's model, its forward compiled; called as the model is (`model(input_ids, positions, kv)`), it sets
     `kv` as the forward's context. `compute_logits` (the LM head, one product) and the model's attributes are the
     model's own."""
 
     def __init__(self, model: Transformer, backend: str | Callable = "inductor", dynamic: str = "unbacked",
-                 freeze: bool = False) -> None:
+                 merge: bool = True) -> None:
         if dynamic not in ("unbacked", "backed"):
             raise ValueError(f"dynamic must be 'unbacked' or 'backed', got {dynamic!r}")
-        self.model, self.backend, self.dynamic, self.freeze = model, backend, dynamic, freeze
+        self.model, self.backend, self.dynamic, self.merge = model, backend, dynamic, merge
         store = OpStore()
-        # freeze: Inductor takes the weights as constants (inference only) and may fold them, e.g. concatenate the
-        # weights of products that read one input (q/k/v, gate/up) into one, as vLLM's merged layers hold them
-        self.compiled = torch.compile(lambda ids, pos: model(ids, pos, store), backend=backend, fullgraph=True,
-                                      options={"freezing": True} if freeze else None)
+        with torch.no_grad():
+            traced = MergedModel(model) if merge else model
+        self.compiled = torch.compile(lambda ids, pos: traced(ids, pos, store), backend=backend, fullgraph=True)
         self.compile_seconds = self._compile()
 
     @torch.inference_mode()  # as the engine's steps run: a forward in another grad mode would compile again
@@ -127,24 +195,24 @@ class CompiledModel:
 
 
 def compiled_model(model: Transformer, backend: str = "inductor", dynamic: str = "unbacked",
-                   freeze: bool = False) -> CompiledModel:
-    """The one `CompiledModel` of `model` per backend, dynamic mode and freezing in this process (kept on the
+                   merge: bool = True) -> CompiledModel:
+    """The one `CompiledModel` of `model` per backend, dynamic mode and merging in this process (kept on the
     model)."""
     cache = model.__dict__.setdefault("_compiled_forwards", {})
-    if (backend, dynamic, freeze) not in cache:
-        cache[backend, dynamic, freeze] = CompiledModel(model, backend, dynamic, freeze)
-    return cache[backend, dynamic, freeze]
+    if (backend, dynamic, merge) not in cache:
+        cache[backend, dynamic, merge] = CompiledModel(model, backend, dynamic, merge)
+    return cache[backend, dynamic, merge]
 
 
 class CompiledRunner(CUDAGraphRunner):
     """Chapter 2's runner contract over the compiled model: every step's forward runs the compiled graph; on a GPU,
     after `capture`, decode steps and short chunks replay it from CUDA graphs (cuda_graph.py)."""
 
-    backend, dynamic, freeze = "inductor", "unbacked", False  # torch.compile's backend; CompiledModel's options
+    backend, dynamic, merge = "inductor", "unbacked", True  # torch.compile's backend; CompiledModel's options
 
     def __init__(self, model: Transformer, attention: AttentionBackend, pool: KVPool, backend: str | None = None,
                  dynamic: str | None = None) -> None:
-        compiled = compiled_model(model, backend or self.backend, dynamic or self.dynamic, self.freeze)
+        compiled = compiled_model(model, backend or self.backend, dynamic or self.dynamic, self.merge)
         super().__init__(compiled, attention, pool)  # type: ignore[arg-type]  # called as the model is
         self.compiled = compiled
 

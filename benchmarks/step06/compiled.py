@@ -12,8 +12,8 @@ is replayed from each runner's CUDA graph:
   compile, once per process and model, and the graph captures);
 - the wall time of a decode step through the engine (host included), median over the remaining steps.
 Then, fp32 on SmolLM2's shape: the greedy tokens of both runners equal the eager Triton engine's, request by request.
-Last, the compiled runner again with Inductor's freezing (the weights constants that it may fold: whether it merges
-the q/k/v and the gate/up products, as the hand-fused step and vLLM's merged layers do, shows in the kernel count).
+Last, SmolLM2's shape compiled without merging q/k/v and gate/up (what the compiler makes of chapter 1's model as
+it is: Inductor fuses elementwise work, not products that read one input).
 Each part is written to the JSON as soon as it ends; a part that fails leaves its error there and the others run.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ from .engine import workload
 
 REQUESTS, NEW_TOKENS, BLOCK = 64, 64, EngineConfig.block_size
 RUNNERS = {"fused_graphs": dict(cuda_graphs=True, fuse=True), "compiled_graphs": dict(cuda_graphs=True, compile=True)}
-PARTS = ["smollm2_135m", "llama_3_2_1b", "identity", "frozen"]
+PARTS = ["smollm2_135m", "llama_3_2_1b", "identity", "unmerged"]
 T0 = time.perf_counter()
 
 
@@ -148,16 +148,16 @@ def decode_step(model: Transformer, runner: str, bandwidth: float) -> dict:
                floor_us=round((weight_bytes + kv_bytes) / bandwidth * 1e6, 1), **timeline)
     if isinstance(graphed, CompiledRunner):  # the compile's time, and how many graphs Dynamo made (1: no recompile)
         out.update(compile_s=round(graphed.compile_seconds, 2), dynamic=graphed.compiled.dynamic,
-                   dynamo_graphs=counters["stats"]["unique_graphs"] - graphs_before)
+                   merged=graphed.compiled.merge, dynamo_graphs=counters["stats"]["unique_graphs"] - graphs_before)
     del engine, graph
     return out
 
 
-def compiled_step(model: Transformer, bandwidth: float, freeze: bool = False) -> dict:
-    """The compiled runner's decode step, its token dimension unbacked (with `freeze`, Inductor's freezing: weights
-    as constants, folded); if that compile fails on this stack, the error is kept and a plain dynamic dimension
-    (compiled again for one-token steps) is measured instead."""
-    CompiledRunner.freeze = freeze
+def compiled_step(model: Transformer, bandwidth: float, merge: bool = True) -> dict:
+    """The compiled runner's decode step, its token dimension unbacked, q/k/v and gate/up merged or not (`merge`); if
+    that compile fails on this stack, the error is kept and a plain dynamic dimension (compiled again for one-token
+    steps) is measured instead."""
+    CompiledRunner.merge = merge
     try:
         return decode_step(model, "compiled_graphs", bandwidth)
     except Exception as exc:  # noqa: BLE001 - kept in the JSON, then the fallback
@@ -172,7 +172,7 @@ def compiled_step(model: Transformer, bandwidth: float, freeze: bool = False) ->
         finally:
             CompiledRunner.dynamic = "unbacked"
     finally:
-        CompiledRunner.freeze = False
+        CompiledRunner.merge = True
 
 
 def identity_fp32() -> dict:
@@ -206,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help=f"write the JSON here (e.g. {RESULTS.relative_to(RESULTS.parent.parent)}"
                     "/h200_compiled.json)")
     ap.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS, help="what to run, in this order (all by "
-                    "default): each model's two runners, the fp32 identity, then the compiled runner with Inductor's "
-                    "freezing on each model given")
+                    "default): each model's two runners, the fp32 identity, then SmolLM2's shape compiled without "
+                    "merged products (q/k/v, gate/up: as chapter 1's model holds them)")
     args = ap.parse_args(argv)
     if not needs_gpu("benchmarks.step06.compiled"):
         return 2
     parts = Parts(args.out, "python -m benchmarks.step06.compiled " + " ".join(argv or sys.argv[1:]))
+    torch._dynamo.config.recompile_limit = 32  # one code object compiles every model, dtype and variant here
     import triton
     parts.result["versions"] = dict(python=sys.version.split()[0], torch=torch.__version__, triton=triton.__version__)
     say("machine", parts.result["machine"])
@@ -230,13 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     if "identity" in args.parts:
         parts.run(("identity_fp32",), identity_fp32)
-    for name in (n for n in MODELS if n in args.parts and "frozen" in args.parts):
-        model = random_model(MODELS[name], torch.bfloat16)
-        parts.run((name, "compiled_frozen_graphs"), lambda m=model: compiled_step(m, bandwidth, freeze=True))
+    if "unmerged" in args.parts:
+        model = random_model(SMOLLM2_135M, torch.bfloat16)
+        parts.run(("smollm2_135m", "compiled_unmerged_graphs"), lambda: compiled_step(model, bandwidth, merge=False))
         del model
-        torch.cuda.empty_cache()
     for name in MODELS:
-        for runner in (*RUNNERS, "compiled_frozen_graphs"):
+        for runner in (*RUNNERS, "compiled_unmerged_graphs"):
             r = parts.result.get(name, {}).get(runner, {})
             say(name, runner, *(f"{k}={r.get(k)}" for k in ("gpu_us_per_step", "kernels_per_layer", "gaps_us",
                                                               "floor_us", "compile_s", "error")))

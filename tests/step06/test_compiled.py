@@ -86,18 +86,22 @@ def test_compiled_once_per_process_and_model(model):
     assert counters["stats"]["unique_graphs"] == graphs, "a step compiled the model again"
 
 
-def test_the_graph_calls_attention_as_one_opaque_op_per_layer(model):
-    """A backend that only records the graph Dynamo hands it: the model's code is traced, attention is not."""
+@pytest.mark.parametrize("merge,products", [(True, 4), (False, 7)])
+def test_the_graph_calls_attention_as_one_opaque_op_per_layer(model, merge, products):
+    """A backend that only records the graph Dynamo hands it: the model's code is traced, attention is not; merged,
+    a layer's q/k/v are one product and gate/up another (4 products a layer, not 7)."""
     graphs = []
 
     def record(gm, example_inputs):
         graphs.append(gm)
         return gm.forward
 
-    compiled = CompiledModel(model, backend=record)
+    compiled = CompiledModel(model, backend=record, merge=merge)
     assert len(graphs) == 1
     targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert sum(t.startswith("kvcourse.attend") for t in targets) == model.config.num_layers, targets
+    layers = model.config.num_layers
+    assert sum(t.startswith("kvcourse.attend") for t in targets) == layers, targets
+    assert sum("linear" in t for t in targets) == products * layers, targets
     with torch.inference_mode(), forward_context(NoAttention()):
         out = torch.ops.kvcourse.attend(*(torch.randn(3, h, 16) for h in (6, 2, 2)), 0)
     assert out.shape == (3, 96) and not out.any()
