@@ -38,7 +38,15 @@ def radix_engine(model, on: bool = True, **kw) -> Engine:
     return Engine(model, config, RadixKVCacheManager if on else KVCacheManager)
 
 
+# The engine runs the tree's tasks end to end: its tests are tagged with every one they run, and wait (neutral)
+# while one of them is still a stub; each task's own tests are in test_radix_tree.py.
 TREE_TASKS = [pytest.mark.task("task4.match"), pytest.mark.task("task4.insert"), pytest.mark.task("task4.lock")]
+
+
+def tree_tasks(test):
+    for mark in TREE_TASKS:
+        test = mark(test)
+    return test
 
 
 @pytest.mark.parametrize("on", [pytest.param(True, marks=TREE_TASKS, id="on"), pytest.param(False, id="off")])
@@ -55,7 +63,7 @@ def test_cache_on_and_off_match_step01_twice(model, reference, on, chunked):
             "round 2 hits every prompt token but the last (its logits must be computed)"
 
 
-@pytest.mark.task("task4.match")
+@tree_tasks
 def test_full_hit_recomputes_only_the_last_token(model):
     engine = radix_engine(model)
     prompt = list(range(30))
@@ -70,8 +78,7 @@ def test_full_hit_recomputes_only_the_last_token(model):
     assert out[0].output_ids == first.output_ids and out[0].num_cached_tokens == 29
 
 
-@pytest.mark.task("task4.insert")
-@pytest.mark.task("task4.lock")
+@tree_tasks
 def test_a_prefill_chunk_is_shared_before_its_request_finishes(model):
     """cache_unfinished_req: each finished chunk joins the tree, so a request admitted meanwhile reuses it."""
     engine = radix_engine(model, max_num_batched_tokens=16)
@@ -96,6 +103,7 @@ def test_shared_prefix_is_held_once(model):
 
 
 @pytest.mark.task("task4.evict")
+@tree_tasks
 @pytest.mark.parametrize("slots", [90, 130])
 def test_memory_pressure_evicts_and_preempts_without_changing_tokens(model, reference, slots):
     outs = run_twice_under_pressure(radix_engine(model, num_blocks=slots, max_num_seqs=4), reference)

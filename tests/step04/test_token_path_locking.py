@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from step04_radix.radix_tree import RadixTree, TreeNode
+from tests.step04.stand_in import tree_with
 
 X = list(range(1000, 1144))  # a cached request: one 144-token edge
 R = X[:125] + list(range(2000, 2019))  # a new request: shares 125 tokens with X, then 19 of its own
@@ -54,8 +55,8 @@ class TokenPathLocking:
             node.lock_ref -= 1
 
 
-def tree_with_x() -> RadixTree:
-    tree = RadixTree()
+def tree_with_x(tree_class: type[RadixTree] = RadixTree) -> RadixTree:
+    tree = tree_class()
     tree.insert(X, list(range(len(X))))
     return tree
 
@@ -80,7 +81,7 @@ def test_token_path_locking_underflows_after_an_insert_splits_the_edge():
 
 @pytest.mark.task("task4.lock")
 def test_node_pointer_locking_holds():
-    tree = tree_with_x()
+    tree = tree_with_x(tree_with("task4.lock"))  # the student's locks; match and insert the stand-in's
     slots, last_node = tree.match_prefix(R[:-1])  # the match splits X's edge exactly where R leaves it
     assert len(slots) == 125 and tree.depth(last_node) == 125
     tree.inc_lock_ref(last_node)  # the request keeps this pointer, never a token path
