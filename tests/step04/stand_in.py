@@ -30,8 +30,7 @@ class StandInTree(RadixTree):
             n = 0
             while n < len(child.key) and pos + n < len(tokens) and child.key[n] == tokens[pos + n]:
                 n += 1
-            if n < len(child.key):
-                child = self._split_node(child, pos, n)
+            child = child if n == len(child.key) else self._split_node(child, pos, n)
             slots += child.value
             node, pos = child, pos + n  # after a split the walk stops: the next token leaves the edge
         if grow is not None and pos < len(tokens):
@@ -48,11 +47,11 @@ class StandInTree(RadixTree):
         return self._walk(list(tokens), slots)[2]
 
     def _split_node(self, child: TreeNode, start: int, split_len: int) -> TreeNode:
-        k = self.span(start, start + split_len)
-        upper = self._new_node(child.key[:split_len], child.value[:k], child.parent)
+        head_values = len(child.value) - self.span(start + split_len, start + len(child.key))
+        upper = self._new_node(child.key[:split_len], child.value[:head_values], child.parent)
         upper.lock_ref, upper.last_access = child.lock_ref, child.last_access
         child.parent.children[child.key[0]] = upper
-        child.key, child.value, child.parent = child.key[split_len:], child.value[k:], upper
+        child.key, child.value, child.parent = child.key[split_len:], child.value[head_values:], upper
         upper.children[child.key[0]] = child
         return upper
 
@@ -80,9 +79,10 @@ class StandInTree(RadixTree):
         freed = 0
         while freed < num and self._evictable_leaves:
             leaf = min(self._evictable_leaves, key=lambda n: (n.last_access, n.id))
+            size = len(leaf.value)
             on_evict(leaf)
-            freed += len(leaf.value)
             self._delete_leaf(leaf)
+            freed += size
         return freed
 
 
