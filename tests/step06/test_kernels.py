@@ -143,7 +143,7 @@ def test_device_and_host_split_rules_agree_on_a_sweep():
         for max_splits, num_sms in ((4, 2), (MAX_SPLITS, 132)):
             seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
             plan = torch.full((len(lengths), 2), -1, dtype=torch.int64, device=DEVICE)
-            _plan_kernel[(len(lengths),)](seq_lens, plan, len(lengths), max_splits, 16, num_sms, H_KV=2, BLOCK_N=16)
+            plan_on_device(seq_lens, plan, max_splits, num_sms)
             assert [tuple(r) for r in plan.tolist()] == split_plan_host(lengths, 2, max_splits, 16, num_sms, 16), \
                 f"the device and the host split {lengths[:4]}... differently"
 
@@ -162,13 +162,20 @@ def test_decode_matches_torch_on_ragged_contexts(block_size, group):
 
 
 @triton.jit
-def _plan_kernel(seq_lens_ptr, plan_ptr, batch, max_splits, min_split_len, num_sms, H_KV: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
+def _plan_kernel(seq_lens_ptr, plan_ptr, batch, max_splits, min_split_len, target_programs, fill_programs,
+                 H_KV: tl.constexpr, BLOCK_N: tl.constexpr):
     b = tl.program_id(0)
     n, split_len = split_plan(seq_lens_ptr, batch, tl.load(seq_lens_ptr + b), max_splits, min_split_len,
-                              PROGRAMS_PER_SM * num_sms, FILL_PER_SM * num_sms, H_KV, BLOCK_N)
+                              target_programs, fill_programs, H_KV, BLOCK_N)
     tl.store(plan_ptr + 2 * b, n)
     tl.store(plan_ptr + 2 * b + 1, split_len)
+
+
+def plan_on_device(seq_lens: torch.Tensor, plan: torch.Tensor, max_splits: int, num_sms: int) -> None:
+    """`split_plan` of every sequence into `plan` [B, 2], with the launch's targets as the decode computes them
+    (a jit function reads only constexpr globals, so the targets come in as arguments, as in the decode kernel)."""
+    _plan_kernel[(seq_lens.shape[0],)](seq_lens, plan, seq_lens.shape[0], max_splits, 16, PROGRAMS_PER_SM * num_sms,
+                                       FILL_PER_SM * num_sms, H_KV=2, BLOCK_N=16)
 
 
 @pytest.mark.parametrize("lengths,max_splits,num_sms", [
@@ -184,7 +191,7 @@ def _plan_kernel(seq_lens_ptr, plan_ptr, batch, max_splits, min_split_len, num_s
 def test_device_split_plan_is_the_host_rule(lengths, max_splits, num_sms):
     seq_lens = torch.tensor(lengths, dtype=torch.int32, device=DEVICE)
     plan = torch.full((len(lengths), 2), -1, dtype=torch.int64, device=DEVICE)
-    _plan_kernel[(len(lengths),)](seq_lens, plan, len(lengths), max_splits, 16, num_sms, H_KV=2, BLOCK_N=16)
+    plan_on_device(seq_lens, plan, max_splits, num_sms)
     expect = split_plan_host(lengths, 2, max_splits, 16, num_sms, 16)
     assert [tuple(r) for r in plan.tolist()] == expect
     for n, (splits, split_len) in zip(lengths, expect):
@@ -224,7 +231,9 @@ def test_decode_grid_fixed_for_a_longer_context_gives_the_same_answer():
     wide[:, : pool.block_table.shape[1]] = pool.block_table
     fixed = paged_decode_attention(q, pool.k, pool.v, wide, pool.seq_lens, **SPLIT_ALL)  # bound from the width
     assert_close(exact, reference_decode(pool, q), torch.float32)
-    assert torch.equal(exact, fixed)
+    # the same splits, so the same sums; a GPU compiles a kernel per block-table dtype and merges over a wider slot
+    # axis, which may round the last bit differently (the interpreter does not)
+    torch.testing.assert_close(fixed, exact, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
