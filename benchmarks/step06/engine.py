@@ -164,7 +164,7 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     timeline, for the synchronous and the overlapped engine."""
     graph_model = sync.runner
     size = max(b for b in graph_model.decode_sizes if b <= len(prompts))
-    splits = split_bucket(graph_model.split_buckets, int(graph_model.seq_lens[:size].max()))
+    splits = split_bucket(graph_model.split_axes, int(graph_model.seq_lens[:size].max()))
     graph = graph_model.graphs["decode", size, splits]
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         graph.replay()
