@@ -1,7 +1,8 @@
 """The bridge by hand, no model: two levels of reference counts step by step. A block's ref_count is the number
 of live requests whose block table lists it plus one for the tree; lock_ref counts requests under a node.
 `check_invariants()` after every operation compares both with who really holds what. The scenarios that any
-block-level cache with the two counts must pass run on the mini-runtime textbook's cache too (`manager`)."""
+block-level cache with the two counts must pass run on the mini-runtime textbook's cache too (`manager`). Each
+task's tests run its own body and the stand-in's for the others (stand_in.py: `bridge_with`)."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +12,7 @@ from step02_paged.geometry import PoolGeometry
 from step02_paged.scheduler import admit as admit_after_match
 from step04_radix import RadixSequence
 from step05_bridge import BridgeKVCacheManager, OffsetKVCacheManager
+from tests.step05.stand_in import bridge_with
 
 BS = 4
 MANAGERS = pytest.mark.parametrize("manager", [BridgeKVCacheManager, OffsetKVCacheManager], ids=["bridge", "offset"])
@@ -47,7 +49,7 @@ def refs(kv: BridgeKVCacheManager, blocks: list[int]) -> list[int]:
 
 @pytest.mark.task("task5.insert")
 def test_two_levels_of_reference_counts():
-    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
+    kv = bridge_with("task5.insert")(PoolGeometry(16, BS))
     a = seq(0, range(10))  # 10 tokens: two full blocks and a partial one
     assert admit(kv, a) == 0
     compute(kv, a)
@@ -76,7 +78,7 @@ def test_same_prompt_prefilled_twice_swaps_the_duplicate_for_the_trees_block():
     compute the same prompt. The first insert gives its blocks to the tree; the others find them there, take
     references on the tree's blocks and drop their own copies (freed at once), so the block table and the ref
     counts agree."""
-    kv = BridgeKVCacheManager(PoolGeometry(16, BS))
+    kv = bridge_with("task5.dedup")(PoolGeometry(16, BS))
     reqs = [seq(i, range(12)) for i in range(3)]
     for r in reqs:
         assert admit(kv, r) == 0
@@ -160,7 +162,7 @@ def test_node_pointer_lock_survives_a_split_above_it():
 
 @pytest.mark.task("task5.insert")
 def test_eviction_frees_only_what_no_request_uses():
-    kv = BridgeKVCacheManager(PoolGeometry(8, BS))
+    kv = bridge_with("task5.insert")(PoolGeometry(8, BS))
     a = seq(0, range(16))
     admit(kv, a)
     compute(kv, a)

@@ -1,6 +1,8 @@
 """The host tier under the bridge: an evicted prefix goes to host memory instead of away, and a later request
 brings it back instead of recomputing it — same tokens as without the tier, fewer computed, and every block of
-both pools accounted for (host blocks are held by the host tree alone; a drained engine holds nothing else)."""
+both pools accounted for (host blocks are held by the host tree alone; a drained engine holds nothing else).
+The tier's tests run the bridge's other bodies as the stand-in's (stand_in.py: `bridge_with`): the copies'
+(task5.host_tier) and the load back's (task5.load_back) alone, or the two together, tagged with both."""
 from __future__ import annotations
 
 import functools
@@ -19,8 +21,7 @@ from step05_bridge.bridge_cache import TieredMatch
 from step05_bridge.host_pool import HostPool
 from tests.driver import drive_to_end, engine_for
 from tests.machines import MODEL, EngineMachine
-
-TIER = [pytest.mark.task("task5.host_tier")]
+from tests.step05.stand_in import bridge_with
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,9 @@ def conversations(n: int = 4, turns: int = 3, seed: int = 0) -> list[list[int]]:
     return requests
 
 
-def tiered(model, host_blocks: int, num_blocks: int = 30, min_load_tokens: int = 8) -> Engine:
-    manager = functools.partial(BridgeKVCacheManager, host_blocks=host_blocks, min_load_tokens=min_load_tokens)
+def tiered(model, host_blocks: int, num_blocks: int = 30, min_load_tokens: int = 8,
+           bridge: type[BridgeKVCacheManager] = BridgeKVCacheManager) -> Engine:
+    manager = functools.partial(bridge, host_blocks=host_blocks, min_load_tokens=min_load_tokens)
     return Engine(model, EngineConfig(num_blocks=num_blocks, block_size=4, max_num_seqs=2, max_num_batched_tokens=64),
                   manager)
 
@@ -56,7 +58,8 @@ def one_by_one(engine: Engine, requests: list[list[int]]) -> list:
 def test_returning_conversations_load_their_prefix_back(model):
     """The device pool holds one conversation: without the tier each turn recomputes its history, with it the
     history comes back from host memory. The answers are the same tokens."""
-    off, on = tiered(model, 0), tiered(model, 64)
+    bridge = bridge_with("task5.host_tier", "task5.load_back")
+    off, on = tiered(model, 0, bridge=bridge), tiered(model, 64, bridge=bridge)
     outs = {tier: one_by_one(engine, conversations()) for tier, engine in (("off", off), ("on", on))}
     assert [o.output_ids for o in outs["on"]] == [o.output_ids for o in outs["off"]]
     assert sum(o.num_cached_tokens for o in outs["off"]) == 0, "the device pool was meant to be too small"
@@ -81,10 +84,11 @@ def test_save_and_load_move_the_exact_kv():
     assert pool.k[:, [0, 2, 3, 4, 5, 7]].abs().sum() == 0, "a block that was not loaded was written"
 
 
-@pytest.mark.task("task5.load_back")
+@pytest.mark.task("task5.host_tier")
 def test_a_short_span_is_recomputed_not_loaded(model):
-    """Below `min_load_tokens` a copy costs more than the prefill it saves: the span is computed again."""
-    engine = tiered(model, 64, min_load_tokens=1000)
+    """Below `min_load_tokens` a copy costs more than the prefill it saves: the span is saved, never loaded, and
+    computed again."""
+    engine = tiered(model, 64, min_load_tokens=1000, bridge=bridge_with("task5.host_tier"))
     outs = one_by_one(engine, conversations())
     assert engine.cache_manager.host.blocks_saved > 0 and engine.cache_manager.host.blocks_loaded == 0
     assert sum(o.num_cached_tokens for o in outs) == 0
@@ -94,7 +98,7 @@ def test_a_short_span_is_recomputed_not_loaded(model):
 def test_a_small_host_pool_drops_its_least_recently_used_prefixes(model):
     """A host pool for about two conversations: after four, the last one evicted comes back from it, the first
     one was dropped there too and is computed again."""
-    engine = tiered(model, host_blocks=40)
+    engine = tiered(model, host_blocks=40, bridge=bridge_with("task5.load_back"))
     first_turns, second_turns = conversations(n=4, turns=2)[:4], conversations(n=4, turns=2)[4:]
     one_by_one(engine, first_turns)
     kv = engine.cache_manager
@@ -123,7 +127,7 @@ def test_the_tier_needs_the_device_pool():
 def test_the_lookup_looks_only_and_admission_loads(model):
     """`get_computed_blocks` reports the host part (a `TieredMatch` counting both tiers) without copying anything:
     a cache-aware policy asks about every waiting request. Admission copies it in, and the request shares it."""
-    engine = tiered(model, 64)
+    engine = tiered(model, 64, bridge=bridge_with("task5.load_back"))
     first, second = conversations(n=4, turns=2)[:4], conversations(n=4, turns=2)[4:]
     one_by_one(engine, first)
     kv = engine.cache_manager
@@ -147,10 +151,10 @@ def test_lpm_over_the_host_tier_keeps_the_answers(model):
     from step04_radix.policy import LongestPrefixMatch
 
     first, second = conversations(n=4, turns=2)[:4], conversations(n=4, turns=2)[4:]
-    manager = functools.partial(BridgeKVCacheManager, host_blocks=64, min_load_tokens=8)
+    manager = functools.partial(bridge_with("task5.load_back"), host_blocks=64, min_load_tokens=8)
     on = Engine(model, EngineConfig(num_blocks=30, block_size=4, max_num_seqs=2, max_num_batched_tokens=64),
                 manager, policy=LongestPrefixMatch())
-    off = tiered(model, 0)
+    off = tiered(model, 0, bridge=bridge_with("task5.load_back"))
     params = SamplingParams(max_new_tokens=3)
     for engine in (on, off):
         one_by_one(engine, first)  # the device pool keeps the last conversation, the host tier the others

@@ -21,6 +21,7 @@ from step05_bridge.rollback import release_rejected_blocks, rollback
 from tests.driver import drive_to_end, oracle, speculative_engine
 
 MODEL = tiny_model(seed=11)
+ROLLBACK = [pytest.mark.task("task5.rollback")]
 answer = oracle(MODEL)
 
 
@@ -157,10 +158,11 @@ def test_a_rollback_past_the_drafts_is_refused():
 # ---------------------------------------------------------------- the engine
 
 
-@pytest.mark.task("task5.rollback")
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 @pytest.mark.parametrize("chunked", [True, False])
-@pytest.mark.parametrize("good,bad", [(0, 3), (2, 1), (5, 0)], ids=["all-rejected", "some", "all-accepted"])
+@pytest.mark.parametrize("good,bad", [  # with every draft accepted nothing is rolled back: no rollback to grade
+    pytest.param(0, 3, marks=ROLLBACK, id="all-rejected"), pytest.param(2, 1, marks=ROLLBACK, id="some"),
+    pytest.param(5, 0, id="all-accepted")])
 def test_speculation_keeps_greedy_answers(block_size, chunked, good, bad):
     ps = prompts(5, seed=2) + [[7], [3, 3, 3, 3]]
     params = SamplingParams(max_new_tokens=12)
