@@ -27,9 +27,9 @@ TASKS = [(chapter, task) for chapter in CHAPTERS for task in hw.find_tasks(chapt
 STUBBED = {chapter: hw.stubbed_tasks(chapter) for chapter in CHAPTERS}
 NO_REFERENCE = "a student release: the bodies are stubs here, so there is no reference to prove against"
 
-# The chapters whose every task is checked alone (one line per chapter added). Not there yet: chapters 3, 4, 5 and
-# 7, whose tests still reach some tasks through other tasks of the chapter (their Exercises' *needs* columns name
-# them), and chapter 6, whose kernels are being reshaped; each joins once its tests build their own inputs.
+# The chapters whose every task is checked alone (one line per chapter added). A chapter not listed still has tests
+# that reach some tasks through other tasks of the chapter (its Exercises' *needs* column names them); it joins once
+# its tests build their own inputs.
 ALONE = ["step01_kvcache", "step02_paged"]
 ALONE += ["step04_radix"]  # its tree's tasks on the stand-in tree of tests/step04/stand_in.py
 ALONE += ["step05_bridge"]  # the bridge's bodies on the stand-ins of tests/step05/stand_in.py
