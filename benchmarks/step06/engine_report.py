@@ -66,7 +66,7 @@ def earlier_note(e: dict) -> str:
     old = e.get("earlier_run")
     if not old:
         return ""
-    return (f" **From an earlier run** ({old['date']}, " + ", ".join(f"`{c}`" for c in old["commands"]) + "): "
+    return (f" **From a separate run** ({old['date']}, " + ", ".join(f"`{c}`" for c in old["commands"]) + "): "
             + ", ".join(f"`{p}`" for p in old["parts"]) + f", {old['note']}.")
 
 
