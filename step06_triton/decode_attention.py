@@ -64,6 +64,53 @@ def dot(a, b, acc, IEEE: tl.constexpr):
 
 
 @triton.jit
+def tile_addresses(block_table_ptr, b, stride_bt_b, kv_head, pos, in_seq, H_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   BLOCK_SIZE: tl.constexpr):
+    """Step 1 of `attend_tile`: where the keys at positions pos [BLOCK_N] of sequence b live. Returns each key's
+    `slot` [BLOCK_N] (its row of the pool, block * BLOCK_SIZE + offset, in int64) and the offsets [BLOCK_N, HEAD_DIM]
+    of its head `kv_head`'s elements in one layer of the pool [num_slots, H_KV, HEAD_DIM]. Keys with in_seq False
+    lie past the sequence: their block-table entries may not exist and are not read, and their slot is still a row
+    of the pool (an FP8 pool's scales are read for every key of the tile)."""
+    dims = tl.arange(0, HEAD_DIM)
+    # BEGIN SOLUTION task6.address points=2
+    block = tl.load(block_table_ptr + b * stride_bt_b + pos // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
+    slot = block * BLOCK_SIZE + pos % BLOCK_SIZE
+    kv_offs = slot[:, None] * (H_KV * HEAD_DIM) + kv_head * HEAD_DIM + dims[None, :]
+    # END SOLUTION
+    return slot, kv_offs
+
+
+@triton.jit
+def causal_scores(s, pos, q_pos):
+    """Step 2 of `attend_tile` for prefill: the scores s [M, BLOCK_N] of query rows at positions q_pos [M] against
+    keys at positions pos [BLOCK_N], with -inf where a key comes after the row's own position (a row sees itself
+    and every key before it)."""
+    # BEGIN SOLUTION task6.causal points=2
+    s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
+    # END SOLUTION
+    return s
+
+
+@triton.jit
+def online_softmax(m_i, l_i, acc, s, v, v_weight, sm_scale_log2, IEEE: tl.constexpr):
+    """Step 3 of `attend_tile`: one tile's raw scores s [M, BLOCK_N] (-inf for hidden keys) and values v [BLOCK_N,
+    HEAD_DIM] folded into the running state of M query rows, in the log2 domain (scores scaled by sm_scale_log2 =
+    sm_scale * log2 e, one fused multiply-add per score). m_i [M] is a running maximum of the scaled scores, l_i [M]
+    the sum of exp2(scaled score - m_i) and acc [M, HEAD_DIM] (fp32) the sum of exp2(scaled score - m_i) * w * v,
+    where w is the key's v_weight [BLOCK_N] (1, or an FP8 pool's V scale): after the last tile the output is
+    acc / l_i, and m_i + log2(l_i) the rows' log2-sum-exp2 (the merge's weights). The products run in v's dtype.
+    A row's first tile has at least one visible key; a later one may have none. Returns the new (m_i, l_i, acc)."""
+    # BEGIN SOLUTION task6.online_softmax points=3
+    m_new = tl.maximum(m_i, tl.max(s, 1) * sm_scale_log2)
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s * sm_scale_log2 - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = dot((p * v_weight[None, :]).to(v.dtype), v, acc * alpha[:, None], IEEE)
+    # END SOLUTION
+    return m_new, l_i, acc
+
+
+@triton.jit
 def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, stride_bt_b, kv_head, tile, q_pos,
                 kv_len, sm_scale_log2, MASK_TAIL: tl.constexpr, CAUSAL: tl.constexpr, H_KV: tl.constexpr,
                 HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
@@ -79,14 +126,9 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     arguments."""
     pos = tile + tl.arange(0, BLOCK_N)
     in_seq = pos < kv_len
-    dims = tl.arange(0, HEAD_DIM)
     # 1. Where the tile's tokens live: block table lookup, then each key's `slot` = block * BLOCK_SIZE + offset (its
     # row of the pool, in int64) and the K/V offsets of the tile's (key, dim) elements.
-    # BEGIN SOLUTION task6.address points=2
-    block = tl.load(block_table_ptr + b * stride_bt_b + pos // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
-    slot = block * BLOCK_SIZE + pos % BLOCK_SIZE
-    kv_offs = slot[:, None] * (H_KV * HEAD_DIM) + kv_head * HEAD_DIM + dims[None, :]
-    # END SOLUTION
+    slot, kv_offs = tile_addresses(block_table_ptr, b, stride_bt_b, kv_head, pos, in_seq, H_KV, HEAD_DIM, BLOCK_SIZE)
     if MASK_TAIL:
         k = tl.load(k_cache_ptr + kv_offs, mask=in_seq[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_offs, mask=in_seq[:, None], other=0.0)
@@ -115,20 +157,11 @@ def attend_tile(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_table_ptr, b, 
     if MASK_TAIL:
         s = tl.where(in_seq[None, :], s, float("-inf"))
     if CAUSAL:
-        # BEGIN SOLUTION task6.causal points=2
-        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
-        # END SOLUTION
+        s = causal_scores(s, pos, q_pos)
 
-    # 3. Online softmax in the log2 domain (scores scaled by sm_scale * log2 e, one fused multiply-add per
-    # score): raise the running max, rescale what was accumulated under the old one, add the tile.
-    # BEGIN SOLUTION task6.online_softmax points=3
-    m_new = tl.maximum(m_i, tl.max(s, 1) * sm_scale_log2)
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s * sm_scale_log2 - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = dot((p * v_weight[None, :]).to(v.dtype), v, acc * alpha[:, None], IEEE)
-    # END SOLUTION
-    return m_new, l_i, acc
+    # 3. Online softmax in the log2 domain: raise the running max, rescale what was accumulated under the old one,
+    # add the tile (each value row weighed by `v_weight`).
+    return online_softmax(m_i, l_i, acc, s, v, v_weight, sm_scale_log2, IEEE)
 
 
 @triton.jit

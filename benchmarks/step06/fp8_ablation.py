@@ -35,7 +35,9 @@ VARIANTS = {
         (KERNEL_V, KERNEL_V + "        v_max = tl.max(v_weight, 0)\n        v_weight = v_weight / v_max\n"),
         ("        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)",
          "        v_max = 1.0\n        v_weight = tl.full([BLOCK_N], 1.0, tl.float32)"),
-        ("acc * alpha[:, None], IEEE)", "acc * (alpha / v_max)[:, None], IEEE) * v_max")],
+        ("    return online_softmax(m_i, l_i, acc, s, v, v_weight, sm_scale_log2, IEEE)\n",
+         "    m_i, l_i, acc = online_softmax(m_i, l_i, acc / v_max, s, v, v_weight, sm_scale_log2, IEEE)\n"
+         "    return m_i, l_i, acc * v_max\n")],
     "no_scales": [(KERNEL_V, "        v = v.to(q.dtype)\n"
                              "        v_weight = tl.full([BLOCK_N], VALUE_SCALE, tl.float32)\n"),
                   ("        s = s * tl.load(k_scale_ptr + scale_at)[None, :]\n", "")],

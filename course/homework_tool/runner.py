@@ -222,7 +222,7 @@ class _Reporter:
         report = yield
         student, frames = False, []
         if call.excinfo is not None:
-            stack = [(Path(f.filename).resolve(), f.lineno) for f in traceback.extract_tb(call.excinfo.tb)]
+            stack = [(Path(f.filename).resolve(), f.lineno) for f in _raised_through(call.excinfo.value)]
             if report.skipped or hasattr(report, "wasxfail"):  # a skip or xfail that the student's code raised
                 student = call.excinfo.errisinstance((pytest.skip.Exception, pytest.xfail.Exception)) and any(
                     path.is_relative_to(self.dest) for path, _ in stack)
@@ -256,6 +256,18 @@ def _time_limit(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _raised_through(exc: BaseException | None) -> list[traceback.FrameSummary]:
+    """The frames an exception went through, with those of the exceptions it was raised from (`raise ... from`):
+    Triton's interpreter raises its own error from the one a kernel's body raised, a level per nested call."""
+    frames: list[traceback.FrameSummary] = []
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames += traceback.extract_tb(exc.__traceback__)
+        exc = exc.__cause__
+    return frames
 
 
 def _import_error(exc: BaseException, copy: Path) -> str:
@@ -319,8 +331,10 @@ def _run_in_process(job: Job, exclude: set[str], channel: _Channel) -> None:
             return
         channel.send("imported")
         # signal method: a looping test gets an exception and fails alone (the thread method ends the run).
+        # Tracebacks as Python prints them: pytest's own re-reads the source of every frame, a quarter of a second
+        # per failing test through the frames of Triton's interpreter (chapter 6), for the same lines.
         args = [*job.tests, "-c", job.config, "--rootdir", job.root, "--confcutdir", job.root,
-                "-p", "no:cacheprovider", "-p", "no:nbmake", "-q", "--continue-on-collection-errors",
+                "-p", "no:cacheprovider", "-p", "no:nbmake", "-q", "--tb=native", "--continue-on-collection-errors",
                 f"--timeout={run.timeout:g}", "--timeout-method=signal"]
         code = int(pytest.main(args, plugins=[reporter]))
     finally:

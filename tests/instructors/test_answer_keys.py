@@ -843,8 +843,9 @@ def test_step06_q12_fp8_bytes_and_rounding():
          f"values under {torch.finfo(torch.float16).tiny * 1e5:.0f} · 10^-5 lose bits",
          f"(for decode, {rows} rows against {d} head dims: an eighth)")
     assert rows / d == 1 / 8
-    kernel = inspect.getsource(decode_attention.attend_tile.fn)
-    assert "(p * v_weight[None, :])" in kernel and "* VALUE_SCALE" in kernel, "the key describes step 3's weights"
+    kernel = inspect.getsource(decode_attention.attend_tile.fn)  # step 3 of it is online_softmax
+    step3 = inspect.getsource(decode_attention.online_softmax.fn)
+    assert "(p * v_weight[None, :])" in step3 and "* VALUE_SCALE" in kernel, "the key describes step 3's weights"
     assert 0.01 / FP8_MAX * decode_attention.VALUE_SCALE.value > torch.finfo(torch.float16).tiny > 0.01 / FP8_MAX
 
 

@@ -172,7 +172,11 @@ def test_fp8_store_rejects_missing_or_misshapen_scales():
 
 
 # ---- decode, extend and cascade over the bytes and their scales ------------------------------------------------
-@pytest.mark.task("task6.online_softmax")  # the V scales weigh the values in the accumulation
+# end to end: decode (with its merge) and extend over an FP8 pool
+@pytest.mark.task("task6.address")
+@pytest.mark.task("task6.online_softmax")
+@pytest.mark.task("task6.causal")
+@pytest.mark.task("task6.merge")
 @pytest.mark.parametrize("scales", ["token", "head", "layer"])
 @pytest.mark.parametrize("block_size,group", [(1, 3), (16, 4)])
 def test_decode_and_extend_read_fp8_as_the_torch_path_dequantizes_it(scales, block_size, group):

@@ -2,14 +2,21 @@
 K/V): partial last blocks, blocks of 1 and 16, contexts of one token and of many blocks, the decode launch
 rule's edge cases (the plan on the device against the host's), GQA groups 1, 3 (SmolLM2), 4 and 8, head_dim
 64 and 128, slot -1; fp32 and fp16. On a CPU the kernels run through Triton's interpreter (conftest.py turns it
-on; shapes stay tiny); on a GPU the same tests run compiled."""
+on; shapes stay tiny); on a GPU the same tests run compiled.
+
+Each homework task's own tests reach only its body, with inputs the test builds: a small kernel written here calls
+the building block (`tile_addresses`, `causal_scores`, `online_softmax`) as the attention kernels do, and the merge
+runs on partial results computed here in torch. The tests of whole kernels run several tasks and carry the marker
+of each (end to end)."""
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import triton
 import triton.language as tl
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from step01_kvcache.attention import attention
@@ -18,12 +25,17 @@ from step06_triton.decode_attention import (
     MAX_SPLITS,
     MIN_SPLIT_LEN,
     PROGRAMS_PER_SM,
+    Partials,
+    causal_scores,
+    merge_partials,
     num_kv_splits,
+    online_softmax,
     paged_decode_attention,
     split_bucket,
     split_buckets,
     split_plan,
     split_plan_host,
+    tile_addresses,
 )
 from step06_triton.extend_attention import extend_attention, extend_splits
 from step06_triton.store_kvcache import store_kvcache
@@ -130,9 +142,190 @@ def test_store_rejects_mismatched_shapes():
 # The launch rule splits by work: tiny contexts split only on a tiny GPU (one SM) with short splits allowed.
 SPLIT_ALL = dict(min_split_len=16, num_sms=1, block_n=16)
 
+# The tests of whole kernels carry the marker of every task whose body they run (and wait for their stubs): decode
+# runs the address, the online softmax and, where a sequence has several splits, the merge; extend the causal mask
+# too.
+
+
+# ---- the building blocks, each alone ---------------------------------------------------------------------------
+LN2 = math.log(2)
+
+
+def softmax2(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """The softmax of scores in the log2 domain (exp2), in float64."""
+    return torch.softmax(x.double() * LN2, dim)
+
+
+def lse2(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """log2 of the sum of exp2 of x, in float64."""
+    return torch.logsumexp(x.double() * LN2, dim) / LN2
+
+@triton.jit
+def _address_kernel(block_table_ptr, seq_lens_ptr, starts_ptr, slot_ptr, offs_ptr, stride_bt_b, TILES: tl.constexpr,
+                    H_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    b, kv_head, t = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    pos = tl.load(starts_ptr + t) + tl.arange(0, BLOCK_N)
+    in_seq = pos < tl.load(seq_lens_ptr + b)
+    slot, kv_offs = tile_addresses(block_table_ptr, b, stride_bt_b, kv_head, pos, in_seq, H_KV, HEAD_DIM, BLOCK_SIZE)
+    keys = ((b * H_KV + kv_head) * TILES + t).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    tl.store(slot_ptr + keys, slot)
+    tl.store(offs_ptr + keys[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :], kv_offs)
+
 
 @pytest.mark.task("task6.address")
+@pytest.mark.parametrize("block_size", [1, 4, 16])
+def test_tile_addresses_follow_the_block_table(block_size):
+    """Tiles of 16 keys from any first position (decode's splits start on a tile, extend's causal part after the
+    prefix), for 3 sequences of ragged lengths in scattered blocks, block ids large enough that a key's element
+    lies past 2^31 (int64 before multiplying), a block table whose rows are wider than their blocks and whose
+    entries past a sequence's blocks are garbage (never read): each key's slot and the offsets of its head's
+    elements in [num_slots, H_kv, D], against the page-table lookup written here."""
+    lengths, n, hkv, d = [37, 1, 20], 16, 2, 16
+    g = torch.Generator().manual_seed(block_size)
+    need = [-(-length // block_size) for length in lengths]
+    blocks = (torch.randperm(sum(need) + 5, generator=g) + 2**31 // (block_size * hkv * d)).tolist()
+    garbage = 2**30  # read for a key past its sequence, it would put the key far outside the pool
+    table = torch.full((len(lengths), max(need) + 3), garbage, dtype=torch.int32)
+    tables = []
+    for i, k in enumerate(need):
+        tables.append(blocks[sum(need[:i]): sum(need[:i]) + k])
+        table[i, :k] = torch.tensor(tables[-1], dtype=torch.int32)
+    width = max(need)  # the kernel sees the first `width` columns; the rest of each row is garbage too
+    starts = [0, 16, 32, 5, 27]
+    slots = torch.full((len(lengths), hkv, len(starts), n), -1, dtype=torch.int64)
+    offs = torch.full((*slots.shape, d), -1, dtype=torch.int64)
+    _address_kernel[(len(lengths), hkv, len(starts))](
+        table[:, :width].to(DEVICE), torch.tensor(lengths, dtype=torch.int32, device=DEVICE),
+        torch.tensor(starts, dtype=torch.int32, device=DEVICE), slots.to(DEVICE), offs.to(DEVICE), table.stride(0),
+        TILES=len(starts), H_KV=hkv, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=n)
+    num_slots = (max(blocks) + 1) * block_size
+    for i, length in enumerate(lengths):
+        for h in range(hkv):
+            for t, start in enumerate(starts):
+                for j, pos in enumerate(range(start, start + n)):
+                    got = int(slots[i, h, t, j])
+                    if pos >= length:
+                        assert 0 <= got < num_slots, f"a key past sequence {i}'s end has slot {got}, outside the pool"
+                        continue
+                    slot = tables[i][pos // block_size] * block_size + pos % block_size
+                    assert got == slot, f"sequence {i}, position {pos}: slot {got}, not {slot}"
+                    want = slot * hkv * d + h * d + torch.arange(d)
+                    assert torch.equal(offs[i, h, t, j].cpu(), want), f"sequence {i}, head {h}, position {pos}"
+
+
+@triton.jit
+def _causal_kernel(s_ptr, q_pos_ptr, tiles_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr):
+    c = tl.program_id(0)
+    rows, cols = tl.arange(0, M), tl.arange(0, N)
+    at = c * M * N + rows[:, None] * N + cols[None, :]
+    s = causal_scores(tl.load(s_ptr + at), tl.load(tiles_ptr + c) + cols, tl.load(q_pos_ptr + c * M + rows))
+    tl.store(out_ptr + at, s)
+
+
+@pytest.mark.task("task6.causal")
+def test_causal_scores_hide_the_keys_after_each_row():
+    """16 query rows at consecutive positions after a prefix (a chunk), or at any positions, against tiles of 16 keys
+    before them, across their diagonal and after them: a score stays where its key's position is at most its row's,
+    and is -inf elsewhere; a score already -inf (a key past the sequence) stays -inf."""
+    m = n = 16
+    cases = [(40, torch.arange(40, 56)), (32, torch.arange(40, 56)), (48, torch.arange(40, 56)),
+             (64, torch.arange(40, 56)), (0, torch.arange(0, 16)), (3, torch.randint(0, 30, (16,)))]
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(len(cases), m, n, generator=g)
+    s[:, :, -3:] = float("-inf")
+    q_pos = torch.stack([q for _, q in cases]).to(torch.int32)
+    tiles = torch.tensor([t for t, _ in cases], dtype=torch.int32)
+    out = torch.full_like(s, float("nan"))
+    _causal_kernel[(len(cases),)](s.to(DEVICE), q_pos.to(DEVICE), tiles.to(DEVICE), out.to(DEVICE), M=m, N=n)
+    keys = tiles[:, None, None] + torch.arange(n)[None, None, :]
+    want = torch.where(keys <= q_pos[:, :, None], s, float("-inf"))
+    for c, (tile, _) in enumerate(cases):
+        assert torch.equal(out[c].cpu(), want[c]), f"rows at {q_pos[c].tolist()} against keys {tile}..{tile + n - 1}"
+
+
+@triton.jit
+def _softmax_kernel(s_ptr, v_ptr, w_ptr, out_ptr, lse_ptr, num_tiles, sm_scale_log2, M: tl.constexpr,
+                    N: tl.constexpr, D: tl.constexpr, IEEE: tl.constexpr):
+    rows, cols, dims = tl.arange(0, M), tl.arange(0, N), tl.arange(0, D)
+    m_i = tl.full([M], float("-inf"), tl.float32)
+    l_i = tl.zeros([M], tl.float32)
+    acc = tl.zeros([M, D], tl.float32)
+    for t in range(0, num_tiles):
+        s = tl.load(s_ptr + t * M * N + rows[:, None] * N + cols[None, :])
+        v = tl.load(v_ptr + (t * N + cols)[:, None] * D + dims[None, :])
+        m_i, l_i, acc = online_softmax(m_i, l_i, acc, s, v, tl.load(w_ptr + t * N + cols), sm_scale_log2, IEEE)
+    tl.store(out_ptr + rows[:, None] * D + dims[None, :], acc / l_i[:, None])
+    tl.store(lse_ptr + rows, m_i + tl.log2(l_i))
+
+
 @pytest.mark.task("task6.online_softmax")
+@pytest.mark.parametrize("weights,dtype", [("ones", torch.float32), ("scales", torch.float32),
+                                           ("scales", torch.float16)])
+def test_online_softmax_over_tiles_is_the_softmax_of_all_keys(weights, dtype):
+    """4 tiles of 16 keys for 16 query rows, folded one after the other: raw scores that grow from tile to tile in
+    some rows and shrink in others (the running max moves, what was accumulated must be rescaled), large enough that
+    exp2 of a scaled score overflows fp32, hidden keys (-inf) in every tile and a whole later tile hidden from some
+    rows; each value row weighed by 1 or by a scale (an FP8 pool's), values in fp32 or fp16. After the last tile
+    acc / l_i is the softmax-weighted sum of the weighed values over all keys, and m_i + log2(l_i) the rows'
+    log2-sum-exp2 of the scaled scores (what the merge weighs splits by), against torch written here."""
+    m, n, d, tiles, scale = 16, 16, 32, 4, 0.125 * 1.4426950408889634
+    g = torch.Generator().manual_seed(len(weights) + dtype.itemsize)
+    trend = torch.linspace(-1, 1, m)[:, None, None] * torch.arange(tiles)[None, :, None] * 300  # up or down
+    s = (torch.randn(m, tiles, n, generator=g) * 40 + 1200 + trend)
+    s[torch.rand(s.shape, generator=g) < 0.25] = float("-inf")
+    s[:, 0, 0] = 1200.0  # every row sees a key of its first tile
+    s[:4, 2] = float("-inf")  # a tile these rows see nothing of
+    v = torch.randn(tiles * n, d, generator=g).to(dtype)
+    w = torch.ones(tiles * n) if weights == "ones" else torch.rand(tiles * n, generator=g) * 2 + 0.01
+    out, lse = torch.full((m, d), float("nan")), torch.full((m,), float("nan"))
+    out, lse = out.to(DEVICE), lse.to(DEVICE)
+    _softmax_kernel[(1,)](s.permute(1, 0, 2).contiguous().to(DEVICE), v.to(DEVICE), w.to(DEVICE), out, lse, tiles,
+                          scale, M=m, N=n, D=d, IEEE=dtype == torch.float32)
+    x = s.reshape(m, tiles * n).double() * scale
+    want, want_lse = softmax2(x, 1) @ (w[:, None] * v.float()).double(), lse2(x, 1)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all(), "a row overflowed or was left NaN"
+    err = float((out.cpu().double() - want).norm() / want.norm())
+    assert err < (1e-5 if dtype == torch.float32 else 2e-3), f"relative error {err:.1e} of acc / l_i"
+    torch.testing.assert_close(lse.cpu().double(), want_lse, rtol=1e-6, atol=1e-3)
+
+
+@pytest.mark.task("task6.merge")
+@pytest.mark.parametrize("num_slots", [4, 5])
+def test_merge_weighs_each_split_by_its_log_sum_exp(num_slots):
+    """Partial results written here in torch, as the split kernel leaves them: for every sequence and head, its keys
+    cut into 1 to num_slots splits of uneven lengths, each split's softmax-normalised output and its log2-sum-exp2
+    (some far past exp2's fp32 range), the slots past a sequence's splits full of garbage (NaN outputs, huge lse).
+    The merge gives the softmax over all of the keys, rows of one split untouched (the split kernel wrote them)."""
+    heads, d = 3, 16
+    splits = [2, 1, num_slots, 3]
+    g = torch.Generator().manual_seed(num_slots)
+    partials = Partials.empty(len(splits), heads, d, num_slots, torch.device("cpu"))
+    partials.mid_o.fill_(float("nan"))
+    partials.mid_lse.fill_(1e4)
+    partials.num_splits.copy_(torch.tensor(splits, dtype=torch.int32))
+    want = torch.empty(len(splits), heads, d, dtype=torch.float64)
+    for b, k in enumerate(splits):
+        for h in range(heads):
+            cuts = torch.randint(1, 9, (k,), generator=g)  # keys per split
+            x = torch.randn(int(cuts.sum()), generator=g, dtype=torch.float64) * 3 + 150 * (h + 1)  # scaled scores
+            v = torch.randn(int(cuts.sum()), d, generator=g, dtype=torch.float64)
+            want[b, h] = softmax2(x, 0) @ v
+            for j, (xs, vs) in enumerate(zip(x.split(cuts.tolist()), v.split(cuts.tolist()))):
+                partials.mid_o[b, h, j], partials.mid_lse[b, h, j] = softmax2(xs, 0) @ vs, lse2(xs, 0)
+    written = torch.randn(len(splits), heads, d, generator=g)  # what the split kernel wrote for its one-split rows
+    out = written.clone().to(DEVICE)
+    merge_partials(Partials(partials.mid_o.to(DEVICE), partials.mid_lse.to(DEVICE), partials.num_splits.to(DEVICE)),
+                   out)
+    out = out.cpu()
+    for b, k in enumerate(splits):
+        if k == 1:
+            assert torch.equal(out[b], written[b]), "a row of one split was overwritten"
+            continue
+        assert torch.isfinite(out[b]).all(), f"sequence {b} ({k} splits): NaN/inf, a garbage slot read or exp2 overflow"
+        torch.testing.assert_close(out[b].double(), want[b], rtol=1e-5, atol=1e-5,
+                                   msg=lambda e, b=b, k=k: f"sequence {b}, {k} splits: {e}")
+
+
 def test_device_and_host_split_rules_agree_on_a_sweep():
     """One rule, two callers: the kernels' `split_plan` and the host's `split_plan_host` (the lesson's, the graph
     runner's buckets') give every context length of a sweep the same plan, ragged and near-uniform, split-bound or
@@ -148,6 +341,8 @@ def test_device_and_host_split_rules_agree_on_a_sweep():
                 f"the device and the host split {lengths[:4]}... differently"
 
 
+@pytest.mark.task("task6.address")
+@pytest.mark.task("task6.online_softmax")
 @pytest.mark.task("task6.merge")
 @pytest.mark.parametrize("block_size", [1, 16])
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
@@ -199,8 +394,14 @@ def test_device_split_plan_is_the_host_rule(lengths, max_splits, num_sms):
         assert (splits - 1) * split_len < max(n, 1) <= splits * split_len, "each split has keys; they cover it all"
 
 
-@pytest.mark.task("task6.merge")
-@pytest.mark.parametrize("lengths,max_splits", [([1, 300], 16), ([20, 3], 8), ([5, 3, 1], 8), ([300], 3)])
+@pytest.mark.task("task6.address")
+@pytest.mark.task("task6.online_softmax")
+@pytest.mark.parametrize("lengths,max_splits", [
+    pytest.param([1, 300], 16, marks=pytest.mark.task("task6.merge")),
+    pytest.param([20, 3], 8, marks=pytest.mark.task("task6.merge")),
+    ([5, 3, 1], 8),  # one split each: no merge
+    pytest.param([300], 3, marks=pytest.mark.task("task6.merge")),
+])
 def test_decode_edge_cases_of_the_launch_rule(lengths, max_splits):
     """A 1-token sequence beside a long one, more splits than tiles, every split empty but one, a capped grid."""
     pool = Pool(lengths, block_size=4, num_kv_heads=1, head_dim=64, seed=max_splits)
@@ -284,6 +485,8 @@ def test_num_kv_splits_bounds_every_plan(lengths, heads, block_n, num_sms):
 
 
 # ---- prefill with prefix -----------------------------------------------------------------------------------
+@pytest.mark.task("task6.address")
+@pytest.mark.task("task6.online_softmax")
 @pytest.mark.task("task6.causal")
 @pytest.mark.parametrize("block_size", [1, 16])
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
@@ -361,8 +564,12 @@ def batches(draw):
 
 
 @pytest.mark.task("task6.address")
+@pytest.mark.task("task6.online_softmax")
+@pytest.mark.task("task6.causal")
+@pytest.mark.task("task6.merge")
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
+@example(dict(lengths=[40, 3], q_lens=[7, 3], block_size=4, group=3, splits=4, seed=0))  # splits: the merge runs
 def test_decode_and_extend_on_random_block_tables(case):
     pool = Pool(case["lengths"], case["block_size"], num_kv_heads=1, head_dim=64, seed=case["seed"])
     g = case["group"]
