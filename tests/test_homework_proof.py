@@ -35,6 +35,7 @@ ALONE += ["step04_radix"]  # its tree's tasks on the stand-in tree of tests/step
 ALONE += ["step05_bridge"]  # the bridge's bodies on the stand-ins of tests/step05/stand_in.py
 ALONE += ["step07_serving"]  # CacheAware on a stand-in match (tests/step07/test_routing.py)
 ALONE += ["step06_triton"]  # each building block of the kernels in a small kernel of its own (tests/step06/test_kernels.py)
+ALONE += ["step03_prefix_hash"]  # each body on the stand-ins of the chapter's others (tests/step03/stand_in.py)
 ALONE_TASKS = [(chapter, task) for chapter, task in TASKS if chapter in ALONE]
 
 

@@ -1,15 +1,16 @@
-"""PrefixCachingBlockManager: freed blocks stay cached in LRU order; reuse evicts; touch revives."""
+"""PrefixCachingBlockManager: freed blocks stay cached in LRU order; reuse evicts; touch revives. The tests of
+task3.touch_evict run it alone: the chapter's free queue and hash as their stand-ins (stand_in.py)."""
 from __future__ import annotations
 
 import pytest
 
 from step02_paged.block_manager import OutOfBlocksError
-from step03_prefix_hash.block_hash import hash_block_tokens
+from step03_prefix_hash import block_hash
 from step03_prefix_hash.block_manager import CacheEntry, PrefixCachingBlockManager
 
 
 def entry(tokens, parent=None) -> CacheEntry:
-    return CacheEntry(hash_block_tokens(parent, tokens), parent, tuple(tokens))
+    return CacheEntry(block_hash.hash_block_tokens(parent, tokens), parent, tuple(tokens))  # a stand-in's, alone
 
 
 def state(bm):
@@ -28,6 +29,7 @@ def publish_and_free(bm, order):
 
 
 @pytest.mark.task("task3.touch_evict")
+@pytest.mark.usefixtures("alone")
 def test_lru_eviction_order_and_hash_dropped_on_reuse():
     bm = PrefixCachingBlockManager(4)
     entries = publish_and_free(bm, [2, 0, 3, 1])
@@ -43,6 +45,7 @@ def test_lru_eviction_order_and_hash_dropped_on_reuse():
 
 
 @pytest.mark.task("task3.touch_evict")
+@pytest.mark.usefixtures("alone")
 def test_touched_hit_leaves_the_free_queue_and_survives_allocation():
     bm = PrefixCachingBlockManager(3)
     entries = publish_and_free(bm, [0, 1, 2])
@@ -58,6 +61,7 @@ def test_touched_hit_leaves_the_free_queue_and_survives_allocation():
 
 
 @pytest.mark.task("task3.touch_evict")
+@pytest.mark.usefixtures("alone")
 def test_released_cached_block_goes_to_the_back_and_stays_findable():
     bm = PrefixCachingBlockManager(3)
     entries = publish_and_free(bm, [0, 1])

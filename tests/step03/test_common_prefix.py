@@ -1,6 +1,7 @@
 """What every running request shares, from the reference counts the cache keeps anyway (vLLM's
 `get_num_common_prefix_blocks`, which decides its cascade attention): a block whose ref_count equals the number of
-requests holding blocks is in every block table, at the same place."""
+requests holding blocks is in every block table, at the same place. The count is graded alone: the requests are
+admitted and computed by the stand-ins of the chapter's other bodies (stand_in.py)."""
 from __future__ import annotations
 
 import random
@@ -24,6 +25,7 @@ def common_by_comparison(tables: list[list[int]]) -> int:
 
 
 @pytest.mark.task("task3.common_prefix")
+@pytest.mark.usefixtures("alone")
 def test_requests_behind_one_system_prompt_share_its_full_blocks():
     kv = PrefixCachingKVCacheManager(PoolGeometry(32, BS))
     system = list(range(10))  # two full blocks and half of a third
@@ -40,6 +42,7 @@ def test_requests_behind_one_system_prompt_share_its_full_blocks():
 
 
 @pytest.mark.task("task3.common_prefix")
+@pytest.mark.usefixtures("alone")
 @pytest.mark.parametrize("seed", range(6))
 def test_the_count_from_ref_counts_is_the_count_from_the_tables(seed):
     rng = random.Random(seed)

@@ -1,5 +1,6 @@
 """The prefix-caching engine gives exactly step01's tokens, cache on or off, with preemption and chunking,
-and every drained engine holds no block."""
+and every drained engine holds no block. The engine runs the chapter's bodies as written: its tests carry the marker
+of every task they run (end to end), and wait for the stubs of those still unsolved."""
 from __future__ import annotations
 
 import pytest
@@ -24,7 +25,15 @@ def reference(model, prompts, params):
     return [generate(model, p, params) for p in prompts]
 
 
+@pytest.mark.task("task3.block_hash")
+@pytest.mark.task("task3.free_queue")
+@pytest.mark.task("task3.touch_evict")
 @pytest.mark.task("task3.lookup")
+@pytest.mark.task("task3.block_hash")
+@pytest.mark.task("task3.free_queue")
+@pytest.mark.task("task3.touch_evict")
+@pytest.mark.task("task3.lookup")
+@pytest.mark.task("task3.publish")
 @pytest.mark.parametrize("block_size", [4, 16])
 def test_cache_on_equals_off_with_preemption(model, block_size):
     prompts = shared_prefix_prompts(10, seed=block_size, block_size=block_size)
@@ -39,6 +48,10 @@ def test_cache_on_equals_off_with_preemption(model, block_size):
     assert sum(o.num_cached_tokens for o in on) > 0 and sum(o.num_cached_tokens for o in off) == 0
 
 
+@pytest.mark.task("task3.block_hash")
+@pytest.mark.task("task3.free_queue")
+@pytest.mark.task("task3.touch_evict")
+@pytest.mark.task("task3.lookup")
 @pytest.mark.task("task3.publish")
 def test_sequential_requests_reuse_what_earlier_ones_computed(model):
     prompts = shared_prefix_prompts(8, seed=3)
@@ -60,6 +73,10 @@ def _lcp(a, b):
     return n
 
 
+@pytest.mark.task("task3.block_hash")
+@pytest.mark.task("task3.free_queue")
+@pytest.mark.task("task3.touch_evict")
+@pytest.mark.task("task3.lookup")
 @pytest.mark.task("task3.publish")
 def test_generated_tokens_become_a_reusable_prefix(model):
     """A chat's next turn starts with the previous turn's prompt and answer: the answer's blocks, filled
@@ -73,7 +90,15 @@ def test_generated_tokens_become_a_reusable_prefix(model):
     assert out2.output_ids == generate(model, turn2, SamplingParams(max_new_tokens=3))
 
 
+@pytest.mark.task("task3.block_hash")
+@pytest.mark.task("task3.free_queue")
+@pytest.mark.task("task3.touch_evict")
 @pytest.mark.task("task3.lookup")
+@pytest.mark.task("task3.block_hash")
+@pytest.mark.task("task3.free_queue")
+@pytest.mark.task("task3.touch_evict")
+@pytest.mark.task("task3.lookup")
+@pytest.mark.task("task3.publish")
 def test_full_hit_prompt_runs_one_token_and_matches(model):
     engine = cached_engine(model, num_blocks=32, block_size=4)
     prompt = list(range(12))

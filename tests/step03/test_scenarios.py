@@ -1,5 +1,6 @@
 """vLLM's prefix-caching scenarios on the cache manager, driven by hand (no model): what is found, what is
-held, what is published and when, and what a failed allocation leaves behind."""
+held, what is published and when, and what a failed allocation leaves behind. The lookup's and the publication's
+tests run that body alone, the chapter's others as their stand-ins (stand_in.py)."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,7 @@ from step03_prefix_hash import PrefixCachingKVCacheManager
 from step03_prefix_hash.pictures import hash_tree_dot, hash_tree_text
 
 from .helpers import admit, compute, hseq, prefilled, snapshot
+from .stand_in import STAND_INS
 
 BS = 4
 
@@ -19,6 +21,7 @@ def kv_with(num_blocks: int = 16) -> PrefixCachingKVCacheManager:
 
 
 @pytest.mark.task("task3.lookup")
+@pytest.mark.usefixtures("alone")
 def test_hit_raises_ref_count_to_two():
     kv = kv_with()
     a = prefilled(kv, 0, list(range(10)))
@@ -36,6 +39,7 @@ def test_hit_raises_ref_count_to_two():
 
 
 @pytest.mark.task("task3.publish")
+@pytest.mark.usefixtures("alone")
 def test_partial_block_is_not_cached():
     kv = kv_with()
     a = hseq(0, list(range(10)))  # 2 full blocks + 2 tokens
@@ -49,6 +53,7 @@ def test_partial_block_is_not_cached():
 
 
 @pytest.mark.task("task3.publish")
+@pytest.mark.usefixtures("alone")
 def test_blocks_are_published_only_once_computed():
     kv = kv_with()
     a = hseq(0, list(range(12)))
@@ -62,6 +67,7 @@ def test_blocks_are_published_only_once_computed():
 
 
 @pytest.mark.task("task3.publish")
+@pytest.mark.usefixtures("alone")
 def test_block_filled_during_decode_becomes_cached():
     kv = kv_with()
     a = prefilled(kv, 0, list(range(6)))
@@ -79,6 +85,7 @@ def test_block_filled_during_decode_becomes_cached():
 
 
 @pytest.mark.task("task3.lookup")
+@pytest.mark.usefixtures("alone")
 def test_full_hit_prompt_still_computes_its_last_token():
     kv = kv_with()
     prefilled(kv, 0, list(range(8)))
@@ -93,6 +100,7 @@ def test_full_hit_prompt_still_computes_its_last_token():
 
 
 @pytest.mark.task("task3.lookup")
+@pytest.mark.usefixtures("alone")
 def test_lookup_stops_at_the_first_miss():
     kv = kv_with()
     a = prefilled(kv, 0, list(range(12)))
@@ -101,6 +109,7 @@ def test_lookup_stops_at_the_first_miss():
 
 
 @pytest.mark.task("task3.lookup")
+@pytest.mark.usefixtures("alone")
 def test_other_salt_never_hits():
     kv = kv_with()
     prefilled(kv, 0, list(range(9)), salt="alice")
@@ -110,6 +119,7 @@ def test_other_salt_never_hits():
 
 
 @pytest.mark.task("task3.lookup")
+@pytest.mark.usefixtures("alone")
 def test_touched_hit_leaves_the_free_queue():
     kv = kv_with(6)
     a = prefilled(kv, 0, list(range(9)))
@@ -125,6 +135,7 @@ def test_touched_hit_leaves_the_free_queue():
 
 
 @pytest.mark.task("task3.lookup")
+@pytest.mark.usefixtures("alone")
 def test_a_hit_is_never_evicted_by_its_own_allocation():
     """The hits sit at the front of the free queue; the new block must come from behind them."""
     kv = kv_with(4)
@@ -144,6 +155,7 @@ def test_a_hit_is_never_evicted_by_its_own_allocation():
 
 
 @pytest.mark.task("task3.lookup")
+@pytest.mark.usefixtures("alone")
 def test_failed_allocation_leaves_ref_counts_unchanged():
     kv = kv_with(4)
     a = prefilled(kv, 0, list(range(12)))
@@ -226,3 +238,11 @@ def test_a_duplicate_parent_can_leave_an_unreachable_orphan():
     assert a0 in taken and bm.entries[b1] is not None
     assert kv.get_computed_blocks(hseq(2, [1, 1, 1, 1, 2, 2, 2, 2, 9])) == PrefixMatch(), "cached, yet unreachable"
     assert "(parent evicted) block" in hash_tree_text(kv) and "evicted" in hash_tree_dot(kv)
+
+
+def test_every_task_of_the_chapter_has_a_stand_in():
+    """`alone` (conftest.py) runs every body of the chapter but the test's own as its stand-in: a task without one
+    would leave its stub in the way of the others' tests."""
+    from course.homework_tool import find_tasks
+
+    assert set(STAND_INS) == set(find_tasks("step03_prefix_hash"))
