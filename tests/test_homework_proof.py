@@ -27,15 +27,16 @@ TASKS = [(chapter, task) for chapter in CHAPTERS for task in hw.find_tasks(chapt
 STUBBED = {chapter: hw.stubbed_tasks(chapter) for chapter in CHAPTERS}
 NO_REFERENCE = "a student release: the bodies are stubs here, so there is no reference to prove against"
 
-# The chapters whose every task is checked alone (one line per chapter added). A chapter not listed still has tests
-# that reach some tasks through other tasks of the chapter (its Exercises' *needs* column names them); it joins once
-# its tests build their own inputs.
-ALONE = ["step01_kvcache", "step02_paged"]
-ALONE += ["step04_radix"]  # its tree's tasks on the stand-in tree of tests/step04/stand_in.py
-ALONE += ["step05_bridge"]  # the bridge's bodies on the stand-ins of tests/step05/stand_in.py
-ALONE += ["step07_serving"]  # CacheAware on a stand-in match (tests/step07/test_routing.py)
-ALONE += ["step06_triton"]  # each building block of the kernels in a small kernel of its own (tests/step06/test_kernels.py)
-ALONE += ["step03_prefix_hash"]  # each body on the stand-ins of the chapter's others (tests/step03/stand_in.py)
+# The chapters whose every task is checked alone: each task's tests build their own inputs (stand-ins for the
+# chapter's other bodies, references written in the test), so a copy with only that task solved earns its points.
+ALONE = [
+    "step01_kvcache", "step02_paged",
+    "step03_prefix_hash",  # each body on the stand-ins of the chapter's others (tests/step03/stand_in.py)
+    "step04_radix",  # its tree's tasks on the stand-in tree of tests/step04/stand_in.py
+    "step05_bridge",  # the bridge's bodies on the stand-ins of tests/step05/stand_in.py
+    "step06_triton",  # each building block of the kernels in a small kernel of its own (tests/step06/test_kernels.py)
+    "step07_serving",  # CacheAware on a stand-in match (tests/step07/test_routing.py)
+]
 ALONE_TASKS = [(chapter, task) for chapter, task in TASKS if chapter in ALONE]
 
 
@@ -181,3 +182,9 @@ def test_no_task_needs_another_of_its_chapter(chapter: str, runs: dict) -> None:
             wrong.append(f"  {nodeid} is tagged with {', '.join(sorted(tags - ran))}, whose body it never runs")
     assert not wrong, f"tests/{chapter.split('_')[0]}/:\n" + "\n".join(wrong)
 
+
+
+def test_every_chapter_with_tasks_is_checked_alone():
+    """A new chapter's homework joins ALONE: its tasks' tests build their own inputs before it ships."""
+    missing = {chapter for chapter, _ in TASKS} - set(ALONE)
+    assert not missing, f"tasks not checked alone in {sorted(missing)}: give their tests their own inputs, then list them"
