@@ -187,4 +187,4 @@ def test_no_task_needs_another_of_its_chapter(chapter: str, runs: dict) -> None:
 def test_every_chapter_with_tasks_is_checked_alone():
     """A new chapter's homework joins ALONE: its tasks' tests build their own inputs before it ships."""
     missing = {chapter for chapter, _ in TASKS} - set(ALONE)
-    assert not missing, f"tasks not checked alone in {sorted(missing)}: give their tests their own inputs, then list them"
+    assert not missing, f"tasks not checked alone in {sorted(missing)}: give their tests their own inputs"
