@@ -457,6 +457,21 @@ def test_missing_and_unknown_files_are_listed(graded: dict):
     assert sample["output"].startswith("not uploaded: sampling.py (graded as the stub)")
 
 
+def test_tests_that_wait_for_another_tasks_stub_are_not_listed_as_failures(graded: dict):
+    """task1.rope, handed in alone, earns its points; the end-to-end tests it shares with the tasks whose files are
+    missing stop in their stubs: its output lists them as waiting, not gradable yet, never as failures."""
+    results, _ = graded["partial"]
+    rope = next(t for t in results["tests"] if t["name"] == "task1.rope")
+    assert rope["score"] == rope["max_score"] == 2 and rope["status"] == "passed"
+    waiting = [line for line in rope["output"].splitlines() if line.startswith("WAITING ")]
+    assert waiting and "test_cache.py::test_incremental_logits_equal_full_forward" in "".join(waiting), rope["output"]
+    assert "not gradable yet: it stops in the stub of task1.cache_attend (unsolved)" in rope["output"]
+    assert not any(line.startswith(("FAILED ", "ERROR ", "TIMEOUT ")) for line in rope["output"].splitlines())
+    assert "solve it first" not in rope["output"], "a task that earned its points has nothing to solve first"
+    sample = next(t for t in results["tests"] if t["name"] == "task1.sample")
+    assert any(line.startswith("FAILED ") for line in sample["output"].splitlines()), "its own stub fails it"
+
+
 def test_an_empty_upload_scores_zero_and_says_what_to_upload(graded: dict):
     results, _ = graded["empty"]
     assert results["score"] == 0 and all(t["score"] == 0 for t in results["tests"])
