@@ -24,6 +24,7 @@ from benchmarks.step06 import engine_report
 from benchmarks.step06 import report as step06_report
 from course import results
 from course.chapters import chapters
+from course.homework_tool import written
 from course.paths import REPO_ROOT
 from step01_kvcache.config import ModelConfig
 from step01_kvcache.generate import SamplingParams, generate
@@ -73,10 +74,9 @@ def package(chapter: str) -> str:
 
 
 def question_texts(package: str) -> dict[int, str]:
-    """The thought questions of a chapter's README, by number."""
-    readme = (REPO_ROOT / package / "README.md").read_text()
-    part = readme.split("**Thought questions**", 1)[1].split("**Homework", 1)[0]
-    return {int(n): body for n, body in re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |\Z)", part, re.M | re.S)}
+    """The thought questions of a chapter's README, by number (their points left out: a number the key states is
+    not given by them)."""
+    return {q.number: q.text for q in written.questions(package)}
 
 
 def questions(package: str) -> int:

@@ -209,6 +209,18 @@ def test_homework_points(package: str):
         says(path, f"({sum(points.values())} points in all)")
 
 
+@pytest.mark.parametrize("package", sorted(p.parent.name for p in REPO_ROOT.glob("step[0-9][0-9]_*/README.md")))
+def test_thought_question_points(package: str):
+    """Each thought question's points (the README is their source: the answer sheet and the rubrics follow it), and
+    the written part's total as their sum."""
+    from course.homework_tool import written
+
+    path = f"{package}/README.md"
+    if asked := written.questions(package):
+        says(path, *(f"{q.number}. *({q.points} points)*" for q in asked),
+             f"the written part is worth {sum(q.points or 0 for q in asked)} points in all")
+
+
 # ---------------------------------------------------------------- the root README
 
 
