@@ -12,6 +12,7 @@ commands:
   homework start|check <chapter> ...           student copies and per-task grading
   homework release DIR [--chapters ...]        a student edition of the course (no solutions)
   homework autograder <chapter> OUT.zip ...    a Gradescope autograder for one chapter
+  homework written <chapter> [--output FILE]   the answer sheet of a chapter's thought questions (the written part)
   workloads [--markdown [--write]]             the shared workloads and their token counts (WORKLOADS.md)
 """
 

@@ -15,6 +15,8 @@ edition of the whole course. One module per job:
 - autograder.py: a Gradescope autograder for one chapter (`autograder`: the zip, its setup.sh and run_autograder,
   with no solution of the chapters it stubs), and what it runs per submission (`run-autograder`: the student's
   files found in the upload, graded by `check`);
+- written.py: the written part: the thought questions' points (from the READMEs), the students' answer sheet
+  (`written`, and `start` beside the code) and the instructors' rubrics (instructors/rubrics/);
 - release.py: the student edition (`release`): stubs, and no instructor files, sections or reference outputs;
 - leaks.py: the search for solutions that leak into a release, as text, renamed (syntax trees compared) or as
   a formula written out in the lessons' markdown;

@@ -13,6 +13,7 @@ from .grading import RULE, check, failed_bodies, unrunnable, unsolved_needs
 from .markers import MarkerError
 from .release import release
 from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start, submission_files
+from .written import TEMPLATE, questions, template
 
 
 def _emit(obj: dict, output: Path | None) -> None:
@@ -83,7 +84,8 @@ def main(argv: list[str]) -> int:
         p.add_argument("--dest", type=Path, default=DEFAULT_DEST, metavar="DIR",
                        help="folder of student copies (default: homework/)")
         p.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # another course checkout (for tests)
-    p_start.add_argument("--force", action="store_true", help="replace an existing copy (your edits are lost)")
+    p_start.add_argument("--force", action="store_true", help="replace an existing copy (your edits to the code are "
+                         f"lost; your {TEMPLATE} is kept)")
     p_release = sub.add_parser("release", help="write a student edition of the course: marked bodies stubbed, "
                                "instructor-only files left out")
     p_release.add_argument("dest", type=Path, metavar="DIR", help="where to write it (must not exist, or be empty)")
@@ -112,6 +114,11 @@ def main(argv: list[str]) -> int:
                              "ROOT/source, into ROOT/results/results.json (what run_autograder runs)")
     p_grade.add_argument("root", type=Path, nargs="?", default=DEFAULT_ROOT, metavar="ROOT",
                          help=f"default {DEFAULT_ROOT}")
+    p_written = sub.add_parser("written", help="the answer sheet of a chapter's thought questions (the written "
+                               "part, graded by hand): each question with its points and room for the answer")
+    p_written.add_argument("chapter", help="step01 or step01_kvcache")
+    p_written.add_argument("--output", type=Path, metavar="FILE", help="write it to FILE (default: print it)")
+    p_written.add_argument("--root", type=Path, help=argparse.SUPPRESS)  # another course checkout (for tests)
     p_check.add_argument("--json", action="store_true", help="print only one JSON object (same as --format json)")
     p_check.add_argument("--format", choices=("table", "json", "gradescope"), default=None,
                          help="table (default), json (one object on the last line) or gradescope (results.json)")
@@ -138,6 +145,10 @@ def main(argv: list[str]) -> int:
                     print(f"  {task:<{width}}  {worth:>6}  {shown(file)}:{r.begin:<5} {r.function}")
             print(f"Then grade your copy: python -m course homework check {args.chapter}\n"
                   f"Hand in these files of {shown(target)}: {', '.join(submission_files(args.chapter, args.root))}")
+            if (target / TEMPLATE).is_file():
+                asked = questions(args.chapter, args.root)
+                print(f"Answer the {len(asked)} thought questions ({sum(q.points for q in asked)} points, graded by "
+                      f"hand) in {shown(target / TEMPLATE)}")
             for earlier in earlier_chapters(args.chapter, args.dest, args.root):
                 if earlier.unsolved:
                     print(f"warning: {earlier.note()}", file=sys.stderr)
@@ -153,6 +164,15 @@ def main(argv: list[str]) -> int:
             print(results["output"])
             print(f"\nscore: {results['score']}; wrote {shown(args.root / 'results' / 'results.json')}")
             return 0 if ran else 2
+        if args.command == "written":
+            sheet = template(args.chapter, args.root)
+            if args.output:
+                args.output.parent.mkdir(parents=True, exist_ok=True)
+                args.output.write_text(sheet)
+                print(f"wrote {shown(args.output)}")
+            else:
+                print(sheet, end="")
+            return 0
         if args.command == "release":
             target = release(args.dest, args.chapters, force=args.force)
             print(f"Wrote the student release {shown(target)}")

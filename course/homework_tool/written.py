@@ -12,6 +12,7 @@ them, `template` writes the students' answer sheet from them (`python -m course 
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,6 +23,7 @@ TEMPLATE = "THOUGHT_QUESTIONS.md"  # the student's answer sheet, in their copy o
 RELEASED = "written"  # the release's folder of answer sheets, one per chapter: written/stepNN.md
 RUBRICS = Path("instructors") / "rubrics"  # instructors only, beside the keys in instructors/answers/
 HEADING = "**Thought questions**"
+WIDTH = 100  # the answer sheet's lines, in characters
 _QUESTION = re.compile(r"^(\d+)\. (.*?)(?=^\d+\. |\Z)", re.M | re.S)
 POINTS = re.compile(r"\A\*\((\d+) points?\)\* ")  # what opens each question's text
 TOTAL = re.compile(r"the written part is worth (\d+) points in all")
@@ -38,8 +40,10 @@ class Question(NamedTuple):
 
 
 def _readme(chapter: str, root: Path | None) -> tuple[str, str]:
+    """The chapter's package and its README's text (empty when it has none)."""
     package, _ = resolve_chapter(chapter, root)
-    return package, ((root or REPO_ROOT) / package / "README.md").read_text()
+    readme = (root or REPO_ROOT) / package / "README.md"
+    return package, readme.read_text() if readme.is_file() else ""
 
 
 def section(readme: str) -> str:
@@ -87,18 +91,41 @@ def template(chapter: str, root: Path | None = None) -> str:
                          "(`N. *(P points)* ...`)")
     title = readme.split("\n", 1)[0].lstrip("# ").strip()
     total = sum(q.points for q in asked)
-    lines = [f"# {title}: the thought questions", "",
-             f"*Written by `python -m course homework written {package.split('_')[0]}` from the *Exercises* of "
-             f"`{package}/README.md`.*", "",
-             f"The written part of this chapter: {len(asked)} questions, {total} points in all, graded by hand (the "
-             "homework's tasks are graded apart, by `homework check` and the autograder). Write each answer below "
-             "its question: say how you got each number (the formula, the code or the measurement you used) and "
-             "why, in your own words. Hand this file in as your course asks (the file itself, or a PDF of it).", "",
-             "Name:", ""]
+    lines = [f"# Thought questions · {title}", "",
+             _wrap(f"*Written by `python -m course homework written {package.split('_')[0]}` from the Exercises of "
+                   f"`{package}/README.md`.*"), "",
+             _wrap(f"The written part of this chapter: {len(asked)} questions, {total} points in all, graded by hand "
+                   "(the homework's tasks are graded apart, by `homework check` and the autograder). Write each "
+                   "answer below its question: say how you got each number (the formula, the code or the "
+                   "measurement you used) and why, in your own words. Hand this file in as your course asks (the "
+                   "file itself, or a PDF of it)."), "", "Name:", ""]
     for q in asked:
-        lines += [f"## Question {q.number} ({q.points} point{'s' if q.points != 1 else ''})", "",
-                  f"> {plain(q.text)}", "", "**Answer.**", "", "", ""]
+        lines += [f"## Question {q.number} ({_points(q.points)})", "",
+                  _wrap(plain(q.text), "> "), "", "**Answer.**", "", "", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _points(n: int) -> str:
+    return f"{n} point{'s' if n != 1 else ''}"
+
+
+_SHEET = re.compile(r"^## Question (\d+) \((\d+) points?\)\n\n((?:> .*\n)+)", re.M)
+_SHEET_TOTAL = re.compile(r"(\d+) questions, (\d+) points in all")
+
+
+def parse_template(sheet: str) -> tuple[int | None, list[Question]]:
+    """What an answer sheet says: its total and its questions (number, points, text as quoted, links as text)."""
+    total = _SHEET_TOTAL.search(" ".join(sheet.split()))
+    asked = [Question(int(n), int(p), " ".join(quoted.replace("\n> ", " ")[2:].split()))
+             for n, p, quoted in _SHEET.findall(sheet)]
+    return (int(total[2]) if total else None), asked
+
+
+def _wrap(text: str, prefix: str = "") -> str:
+    """`text` in lines of at most WIDTH characters, each opening with `prefix`, inline `code` never cut."""
+    protected = re.sub(r"`[^`]*`", lambda m: m[0].replace(" ", "\0"), text)
+    return textwrap.fill(protected, WIDTH, initial_indent=prefix, subsequent_indent=prefix, break_long_words=False,
+                         break_on_hyphens=False).replace("\0", " ")
 
 
 def write_template(chapter: str, path: Path | str, root: Path | None = None) -> Path:
