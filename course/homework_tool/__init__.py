@@ -20,7 +20,9 @@ edition of the whole course. One module per job:
 - release.py: the student edition (`release`): stubs, and no instructor files, sections or reference outputs;
 - leaks.py: the search for solutions that leak into a release, as text, renamed (syntax trees compared) or as
   a formula written out in the lessons' markdown;
-- cli.py: `python -m course homework start|check|release|autograder|run-autograder`.
+- overlay.py: `run` and `notebook`, a chapter's demo (or any command) and its notebook on the student's copy, the
+  earlier chapters from the reference or the student's copies (overlay_site/sitecustomize.py, on PYTHONPATH);
+- cli.py: `python -m course homework start|check|run|notebook|release|autograder|run-autograder`.
 """
 from .cli import main
 from .grading import RULE, check, execute, plan

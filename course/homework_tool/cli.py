@@ -11,6 +11,8 @@ from .autograder import DEFAULT_ROOT, EARLIER, build, grade
 from .gradescope import gradescope, write_json
 from .grading import RULE, check, failed_bodies, unrunnable, unsolved_needs
 from .markers import MarkerError
+from .overlay import add_commands, split_command
+from .overlay import main as run_on_copy
 from .release import release
 from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start, submission_files
 from .written import TEMPLATE, questions, template
@@ -130,7 +132,11 @@ def main(argv: list[str]) -> int:
     p_check.add_argument("--task", action="append", metavar="ID", help="check only this task (repeatable)")
     p_check.add_argument("--scored-only", action="store_true", help="skip untagged tests (they do not score)")
     p_check.add_argument("--verbose", action="store_true", help="show pytest's own output (tracebacks)")
+    add_commands(sub)  # run, notebook: the chapter's demo and notebook on the student's copy (overlay.py)
+    argv, command_line = split_command(argv)
     args = parser.parse_args(argv)
+    if args.command in ("run", "notebook"):
+        return run_on_copy(args, command_line)
     try:
         if args.command == "start":
             target = start(args.chapter, args.dest, args.force, root=args.root)
