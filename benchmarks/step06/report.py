@@ -6,10 +6,12 @@ results/h200_fp8_ablation.json (the FP8 cache) and results/h200_speculative.json
 Runs on a CPU: it only reads the JSON that `python -m benchmarks.step06.kernels --part kernels --out
 step06_triton/results/h200.json`, `python -m benchmarks.step06.engine --out step06_triton/results/h200_engine.json`
 and `python -m benchmarks.step06.cascade --out step06_triton/results/h200_cascade.json` wrote on the GPU.
-Prints the markdown that the chapter's results page (RESULTS.md) shows between its `results` markers; `--write` also
-puts it there, with the launch rule's before / after between the `split-rule` markers and the FP8 cache's trade-off
-between its `fp8` markers (benchmarks/step06/fp8_report.py, from results/fp8.json and results/h200_fp8.json), each in
-whichever page of the chapter holds its markers, and redraws results/roofline.svg.
+Prints the markdown that the chapter's results page (RESULTS.md) shows between its `results` markers: the kernels and
+the engine. `--write` also puts it there, with the launch rule's before / after between the `split-rule` markers, and
+writes the second results page (RESULTS_CASCADE_FP8.md): cascade attention, a verify step and the FP8 cache's GPU
+tables between its `cascade-fp8` markers, the FP8 cache's trade-off between its `fp8` markers
+(benchmarks/step06/fp8_report.py, from results/fp8.json and results/h200_fp8.json), each in whichever page of the
+chapter holds its markers; and it redraws results/roofline.svg.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ PAGE = CHAPTER / reporting.RESULTS_PAGE  # the chapter's results page, which hol
 BEGIN, END = "<!-- results:begin (python -m benchmarks.step06.report --write) -->", "<!-- results:end -->"
 RULE = "<!-- split-rule:begin (python -m benchmarks.step06.report --write) -->", "<!-- split-rule:end -->"
 FP8 = "<!-- fp8:begin (python -m course report --write) -->", "<!-- fp8:end -->"
+MORE = "<!-- cascade-fp8:begin (python -m course report --write) -->", "<!-- cascade-fp8:end -->"  # second page's
 CASCADE = "<!-- cascade:begin (python -m course report --write) -->", "<!-- cascade:end -->"  # the cascade unit's
 FP8_UNIT = "<!-- fp8-accuracy:begin (python -m course report --write) -->", "<!-- fp8-accuracy:end -->"  # FP8 unit's
 COLORS = {"triton": "tab:red", "gather": "tab:orange", "flex": "tab:blue", "contiguous": "tab:green"}
@@ -256,19 +259,24 @@ def headline() -> str:
 
 
 def block(res: dict, engine: dict) -> str:
-    """The results page's block: the kernels' tables, then the engine's, cascade attention's, the FP8 cache's,
-    a verify step's."""
+    """The results page's block: the kernels' tables, then the engine's."""
+    return tables(res, load_anchor()) + "\n" + engine_report.tables(engine, fastest_copy(res)) + "\n"
+
+
+def more() -> str:
+    """The second results page's block (one page would not be read in a sitting): cascade attention's tables, a
+    verify step's, the FP8 cache's on the GPU."""
     cascade = cascade_report.tables(cascade_report.load())
-    fp8 = fp8_report.tables(fp8_report.load_gpu(), fp8_report.load_ablation())
     verify = speculative_report.tables(speculative_report.load())
-    kernels, run = tables(res, load_anchor()), engine_report.tables(engine, fastest_copy(res))
-    return kernels + "\n" + run + "\n" + cascade + "\n" + fp8 + "\n" + verify + "\n"
+    fp8 = fp8_report.tables(fp8_report.load_gpu(), fp8_report.load_ablation())
+    return cascade + "\n" + verify + "\n" + fp8 + "\n"
 
 
 def sections() -> dict[tuple[str, str], str]:
-    """The chapter's other measured blocks: the launch rule's before / after and the FP8 cache's trade-off (results
-    page), the cascade and FP8 units' one table each."""
-    return {RULE: split_rule(load()), FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu()),
+    """The chapter's other measured blocks: the launch rule's before / after (results page), the second results
+    page's tables and the FP8 cache's trade-off, the cascade and FP8 units' one table each."""
+    return {RULE: split_rule(load()), MORE: more(),
+            FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu()),
             CASCADE: cascade_report.unit(cascade_report.load()), FP8_UNIT: fp8_report.unit(fp8_report.load_accuracy())}
 
 
