@@ -217,8 +217,9 @@ def student_readme(text: str) -> str:
     return "".join(out)
 
 
-NOTEBOOK_NOTE = ("*Student edition: run this notebook after finishing the homework; its outputs were cleared "
-                 "(they were computed by the reference solutions).*")
+NOTEBOOK_NOTE = ("*Student edition: its outputs were cleared (the reference solutions computed them). Run it on "
+                 "your homework copy, once you have written the chapter's tasks, with `python -m course homework "
+                 "notebook stepNN` (NN: the number this notebook's name starts with).*")
 
 
 def cleared_notebook(text: str) -> str:

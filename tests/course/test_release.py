@@ -322,7 +322,7 @@ def test_the_release_clears_the_notebooks_outputs(fake: Path, tmp_path: Path):
     released = nbformat.read(out / "notebooks" / "91_fake.ipynb", as_version=4)
     nbformat.validate(released)
     note, title, code = released.cells
-    assert note.cell_type == "markdown" and "run this notebook after finishing the homework" in note.source
+    assert note.cell_type == "markdown" and "python -m course homework notebook stepNN" in note.source
     assert "outputs were cleared" in note.source
     assert (title.source, code.source, code.outputs, code.execution_count) == ("# Chapter 91", "add(1)", [], None)
 
