@@ -25,6 +25,17 @@ LLAMA_3_2_1B = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
                     num_kv_heads=8, head_dim=64, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192,
                     tie_word_embeddings=True)
 MODELS = {"smollm2_135m": SMOLLM2_135M, "llama_3_2_1b": LLAMA_3_2_1B}
+# The module a recorded command ran -> the module that runs the same bench, with the same flags, today. A results
+# file keeps its command as it was run; a page shows the one a reader can type (tests/lessons/test_commands_exist.py
+# checks every command a page shows).
+RUNS_TODAY = {"step06_triton.bench": "benchmarks.step06.kernels", "step06_triton.e2e": "benchmarks.step06.engine"}
+
+
+def command_today(recorded: str) -> str:
+    """The command that reruns the bench a results file's `recorded` command ran (the file itself is not changed)."""
+    head, sep, tail = recorded.partition(" -m ")
+    module, space, args = tail.partition(" ")
+    return head + sep + RUNS_TODAY.get(module, module) + space + args if sep else recorded
 
 
 def median_ms(fn: Callable[[], object]) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from benchmarks.reporting import met
 
-from .common import RESULTS
+from .common import RESULTS, command_today
 from .engine import floor_us, goals
 
 MODELS = {"smollm2_135m": "SmolLM2-135M's shape", "llama_3_2_1b": "a Llama-3.2-1B shape"}
@@ -66,8 +66,8 @@ def earlier_note(e: dict) -> str:
     old = e.get("earlier_run")
     if not old:
         return ""
-    return (f" **From a separate run** ({old['date']}, " + ", ".join(f"`{c}`" for c in old["commands"]) + "): "
-            + ", ".join(f"`{p}`" for p in old["parts"]) + f", {old['note']}.")
+    return (f" **From a separate run** ({old['date']}, " + ", ".join(f"`{command_today(c)}`" for c in old["commands"])
+            + "): " + ", ".join(f"`{p}`" for p in old["parts"]) + f", {old['note']}.")
 
 
 def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "results") -> str:
@@ -79,10 +79,11 @@ def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "resu
     s = e["smollm2_135m"]
     lines = ["#### The engine end to end", "",
              f"Measured on {m['gpu']} ({m['cpu']} host), torch {m['torch']}, Triton {m['triton']}, on {m['date']}, by "
-             + ", then ".join(f"`{c}`" for c in e["commands"]) + " (the later commands re-ran the parts they name "
-             "into the same file). Random weights in each model's shape, bf16, 64 concurrent requests, 128 new "
-             "tokens each, greedy; chapter 5's engine (the bridge) on the Triton kernels with fused CUDA-graph steps; "
-             "Hugging Face batched, left-padded, SDPA; contenders interleaved over three rounds."
+             + ", then ".join(f"`{command_today(c)}`" for c in e["commands"])
+             + " (the later commands re-ran the parts they name into the same file). Random weights in each model's "
+             "shape, bf16, 64 concurrent requests, 128 new tokens each, greedy; chapter 5's engine (the bridge) on the "
+             "Triton kernels with fused CUDA-graph steps; Hugging Face batched, left-padded, SDPA; contenders "
+             "interleaved over three rounds."
              + earlier_note(e), "",
              "| target | measured | |", "|---|---|---|"]
     lines += [f"| {g['goal']} | {g['measured']} | {met(g['met'])} |" for g in goals(

@@ -25,7 +25,7 @@ from benchmarks.reporting import met
 from step06_triton.decode_attention import split_bucket, split_buckets
 
 from . import cascade_report, engine_report, fp8_report, speculative_report
-from .common import CHAPTER, RESULTS
+from .common import CHAPTER, RESULTS, command_today
 from .flashinfer_anchor import goals as anchor_goals
 from .flashinfer_anchor import row_key
 from .kernels import GRAPH_CONTEXT
@@ -107,7 +107,7 @@ def tables(res: dict, anchor: dict) -> str:
              f"Ceilings: device copy {fastest_copy(res)} TB/s, the fastest copy this run measured (bytes read + "
              f"written), and bf16 matmul {k['ceilings']['matmul_tflop_s']} TFLOP/s. *copy* in the tables is a copy of "
              "the row's own bytes in one launch, a probe that reads lower on small or noisy transfers, not a "
-             f"ceiling. Command: `{k['command']}` (on the GPU machine).", "",
+             f"ceiling. Command: `{command_today(k['command'])}` (on the GPU machine).", "",
              "**Decode attention, uniform batches**, bf16, 32 query / 8 KV heads, head_dim 128, TB/s (K/V and q "
              "read, output written); *splits*: what the launch rule gives each sequence; *first version*: the kernel "
              "before its launch rule split by work, measured on the same machine on 2026-12-01:", "",
