@@ -36,7 +36,7 @@ from ..chapters import chapters
 from ..paths import REPO_ROOT, shown
 from .gradescope import gradescope, write_json
 from .grading import check, unrunnable
-from .leaks import describe, leaks_in, read_texts
+from .leaks import describe, instructor_leaks, leaks_in, read_texts
 from .markers import MarkerError
 from .release import release
 from .tasks import CheckError, find_tasks, resolve_chapter, start, stubbed_tasks, submission_files
@@ -113,13 +113,15 @@ def build(chapter: str, out: Path | str, earlier: str = "reference", extra_tests
 
 def solutions_in(source: Path, root: Path, stubbed: list[str]) -> str | None:
     """What of the reference bodies of the `stubbed` chapters (of the course at `root`) the folder `source`
-    holds (None: nothing): a task that is not a stub there, or a body found anywhere (leaks.py)."""
+    holds (None: nothing): a task that is not a stub there, or a body found anywhere (leaks.py); and any clause of
+    the course's answer keys or rubrics quoted in it."""
     lines = []
     for package in stubbed:
         if (source / package).is_dir():
             lines += [f"  {task}: its body in {package} is not a stub" for task in find_tasks(package, source)
                       if task not in stubbed_tasks(package, source)]
-    if found := leaks_in(read_texts(source), root, stubbed):
+    texts = read_texts(source)
+    if found := leaks_in(texts, root, stubbed) + instructor_leaks(texts, root):
         lines.append(describe(found))
     return "\n".join(lines) or None
 

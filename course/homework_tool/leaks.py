@@ -12,6 +12,9 @@ Three searches, all run by `release` on what it is about to write (before anythi
 
 A copy found means the later code should call the task's function instead of restating it, and a lesson
 should say what to compute, not the expression that computes it.
+
+A fourth search, `instructor_leaks`, looks for the instructors' text: a clause of an answer key or a rubric
+(instructors/answers/, instructors/rubrics/) quoted anywhere in the release.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from ..markdown import notebook_cells
 from ..paths import REPO_ROOT
 from .markers import Region, is_stub
 from .tasks import find_tasks, select_chapters
+from .written import plain, questions
 
 
 class Leak(NamedTuple):
@@ -396,10 +400,84 @@ def read_texts(folder: Path) -> dict[str, str]:
 
 
 def find_leaks(release_dir: Path, root: Path | None = None, chapters: Iterable[str] | None = None) -> list[Leak]:
-    """The three searches over a written release (what `release` checked before writing it, checked again)."""
-    return leaks_in(read_texts(Path(release_dir)), root, chapters)
+    """The three searches over a written release, and the search for the instructors' text (`instructor_leaks`):
+    what `release` checked before writing it, checked again."""
+    texts = read_texts(Path(release_dir))
+    return leaks_in(texts, root, chapters) + instructor_leaks(texts, root)
 
 
 def describe(found: list[Leak]) -> str:
     """One line per leak: the task, the file and line of the copy, and what was found there."""
     return "\n".join(f"  {leak.task}: {leak.file}:{leak.line}: {leak.what}" for leak in found)
+
+
+# ---------------------------------------------------------------- the instructors' text: answer keys and rubrics
+
+INSTRUCTOR_TEXTS = ("instructors/answers", "instructors/rubrics")  # markdown that no release may quote
+KEY_WORDS = 12
+"""A run of this many consecutive words of an answer key or a rubric (case, punctuation and markup aside) found in
+a release is a leak: a sentence of a key, a rubric item, pasted into a lesson, a notebook, a docstring or a test.
+Runs that the thought questions themselves hold (a key may quote its question) are not searched for. Twelve words
+are a clause: below it, the course's own phrasing ("the number of tokens in the block") repeats by chance."""
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> list[re.Match[str]]:
+    return list(_WORD.finditer(text.lower()))
+
+
+def _runs(words: list[str]) -> Iterator[tuple[int, tuple[str, ...]]]:
+    for i in range(len(words) - KEY_WORDS + 1):
+        yield i, tuple(words[i:i + KEY_WORDS])
+
+
+def instructor_runs(root: Path | None = None) -> dict[tuple[str, ...], str]:
+    """Every KEY_WORDS-word run of the course's answer keys and rubrics (INSTRUCTOR_TEXTS), less those of the
+    chapters' thought questions, -> where it is (`instructors/answers/step01.md, answer 3`)."""
+    root = (root or REPO_ROOT).resolve()
+    asked = {run for package in select_chapters(None, root) for q in questions(package, root)
+             for text in (q.text, plain(q.text)) for _, run in _runs([m[0] for m in _words(text)])}
+    out: dict[tuple[str, ...], str] = {}
+    for folder in INSTRUCTOR_TEXTS:
+        for path in sorted((root / folder).glob("*.md")):
+            parts = re.split(r"^## (\d+)\. ", path.read_text(), flags=re.M)
+            for number, body in [("", parts[0]), *zip(parts[1::2], parts[2::2])]:
+                where = f"{folder}/{path.name}" + (f", question {number}" if number else "")
+                for _, run in _runs([m[0] for m in _words(body)]):
+                    if run not in asked:
+                        out.setdefault(run, where)
+    return out
+
+
+def _plain_texts(files: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    """(file, text) of every text file, a notebook as its cells (named `NOTEBOOK (cell N)`): JSON's escapes would
+    cut a notebook's sentences."""
+    for where, text in sorted(files.items()):
+        if where.endswith(".ipynb"):
+            try:
+                yield from ((f"{where} (cell {i})", source) for i, source in notebook_cells(text, ("markdown", "code")))
+                continue
+            except (ValueError, KeyError):
+                pass  # not a notebook after all: its text as it is
+        yield where, text
+
+
+def instructor_leaks(files: Mapping[str, str], root: Path | None = None) -> list[Leak]:
+    """Every place in `files` (path in the release -> text) that quotes KEY_WORDS consecutive words of an answer key
+    or a rubric of the course at `root`; one leak per file, line and source (its `task` names the key or rubric)."""
+    runs = instructor_runs(root)
+    if not runs:
+        return []
+    starts = {run[:2] for run in runs}
+    out: list[Leak] = []
+    for where, text in _plain_texts(files):
+        found = _words(text)
+        words = [m[0] for m in found]
+        seen: set[str] = set()  # a pasted paragraph is one leak, named where it starts
+        for i in range(len(words) - KEY_WORDS + 1):
+            if (words[i], words[i + 1]) in starts and (source := runs.get(tuple(words[i:i + KEY_WORDS]))) \
+                    and source not in seen:
+                seen.add(source)
+                out.append(Leak(where, text.count("\n", 0, found[i].start()) + 1, source,
+                                f"quotes the instructors' text: \"{' '.join(words[i:i + KEY_WORDS])} ...\""))
+    return out

@@ -7,8 +7,10 @@ instructor-only files: the answer keys and the tests that check them, the root R
 instructors, and the notebooks' outputs (the reference computed them). Chapters are discovered (every
 `stepNN_*` package), so a new chapter with markers is released without registering it anywhere. Before
 anything is written, the release is searched for the bodies it stubs (leaks.py): one found anywhere else,
-renamed or not, stops the release; so does a markdown file of the release (a README, a notebook's markdown) whose
-link, or inline `code` naming a path of the course, leads to a file the release leaves out (`dangling_references`).
+renamed or not, stops the release; so does a clause of an answer key or a rubric quoted anywhere, and a markdown
+file of the release (a README, a notebook's markdown) whose link, or inline `code` naming a path of the course,
+leads to a file the release leaves out (`dangling_references`). The release adds the students' answer sheet of each
+chapter's thought questions, made from its README (written.py): `written/stepNN.md`.
 
 In the release there is no reference: the tests of a stubbed chapter fail (they do not crash the run),
 the homework proof skips, and `homework check` grades the student's copies as it does here. The release's
@@ -30,9 +32,10 @@ from urllib.parse import unquote
 from ..markdown import code_parts, is_local, links, notebook_cells
 from ..paths import REPO_ROOT, shown
 from .integrity import MARKER, manifest
-from .leaks import describe, leaks_in
+from .leaks import describe, instructor_leaks, leaks_in
 from .markers import make_stub
 from .tasks import CheckError, find_tasks, select_chapters, task_points
+from .written import RELEASED, has_written_part, template
 
 # Instructor-only: never in a release (answer keys, and the tests that hold their numbers).
 INSTRUCTOR_ONLY = ("instructors", "tests/instructors")
@@ -98,11 +101,18 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
             texts[f] = student_readme((root / f).read_text())
         elif f.parts[0] == "notebooks" and f.suffix == ".ipynb":
             texts[f] = cleared_notebook((root / f).read_text())
+    sheets = {Path(RELEASED) / f"{p.split('_')[0]}.md": template(p, root) for p in select_chapters(None, root)
+              if has_written_part(p, root)}  # the written part's answer sheets, one per chapter
+    files += [f for f in sheets if f not in files]
+    texts |= sheets
     written = _texts(root, files, texts)
     if found := leaks_in(written, root, stubbed):
         raise CheckError(f"the release would give {len({leak.task for leak in found})} task(s) away, so nothing "
                          f"was written; each of these restates a body that the release stubs:\n{describe(found)}\n"
                          "Call the task's function there instead of restating it.")
+    if found := instructor_leaks(written, root):
+        raise CheckError(f"the release would quote the instructors' answer keys or rubrics, so nothing was written:\n"
+                         f"{describe(found)}\nSay it in the lesson's own words, or leave it to the key.")
     shipped = {str(f) for f in files}
     if dangling := dangling_references(written, shipped, {str(f) for f in course_files(root)} - shipped):
         raise CheckError(f"the release's markdown would point at {len(dangling)} thing(s) it leaves out, so nothing "
@@ -115,7 +125,8 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
         target.parent.mkdir(parents=True, exist_ok=True)
         if f in texts:
             target.write_text(texts[f])
-            shutil.copymode(root / f, target)
+            if (root / f).is_file():  # not the answer sheets, which the release writes
+                shutil.copymode(root / f, target)
         else:
             shutil.copy2(root / f, target)
     if stubbed and (root / "pyproject.toml").is_file() and not (root / "ruff.toml").exists():
@@ -217,9 +228,8 @@ def student_readme(text: str) -> str:
     return "".join(out)
 
 
-NOTEBOOK_NOTE = ("*Student edition: its outputs were cleared (the reference solutions computed them). Run it on "
-                 "your homework copy, once you have written the chapter's tasks, with `python -m course homework "
-                 "notebook stepNN` (NN: the number this notebook's name starts with).*")
+NOTEBOOK_NOTE = ("*Student edition: run this notebook after finishing the homework; its outputs were cleared "
+                 "(they were computed by the reference solutions).*")
 
 
 def cleared_notebook(text: str) -> str:

@@ -89,6 +89,28 @@ def test_hidden_tests_ship_and_a_solution_in_them_stops_the_build(course: Path, 
     assert not (tmp_path / "leaky.zip").exists()
 
 
+KEY = ("# Chapter 91 — answer key\n\n## 1. Why add\n\nBecause the scaled total of two numbers is what every "
+       "later chapter of this fake course adds up.\n")
+
+
+def test_a_quoted_answer_key_or_rubric_stops_the_build(course: Path, tmp_path: Path):
+    """The zip is a release: no key or rubric ships, and a hidden test quoting one writes no zip."""
+    for folder in ("answers", "rubrics"):
+        (course / "instructors" / folder).mkdir(parents=True)
+        (course / "instructors" / folder / "step91.md").write_text(KEY.replace("answer key", folder))
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "test_hidden.py").write_text("def test_hidden():\n    assert True\n")
+    with zipfile.ZipFile(ag.build("step91", tmp_path / "ag.zip", extra_tests=hidden, root=course)) as z:
+        assert not [n for n in z.namelist() if n.startswith("instructors/")]
+    (hidden / "test_hidden.py").write_text('"""Because the scaled total of two numbers is what every later chapter of '
+                                           'this fake course adds up."""\n')
+    with pytest.raises(hw.CheckError, match=r"(?s)would hold solutions.*instructors/answers/step91\.md, question 1: "
+                                            r"hidden_tests/test_hidden\.py:1: quotes the instructors' text"):
+        ag.build("step91", tmp_path / "leaky.zip", extra_tests=hidden, root=course, force=True)
+    assert not (tmp_path / "leaky.zip").exists()
+
+
 def test_bad_input_gets_a_clear_error_and_no_zip(course: Path, tmp_path: Path, capsys):
     def run(*args: str) -> str:
         assert main(["autograder", *args, "--root", str(course)]) == 2
@@ -390,7 +412,8 @@ def test_the_zip_holds_no_reference_body_of_any_chapter_it_stubs(graded: dict, t
     unpacked = _unzip(Path(graded["zip"][1]), tmp_path / "again")
     for chapter in chapters():  # chapter 1 graded: every chapter is stubbed (the later ones too)
         assert hw.stubbed_tasks(chapter, unpacked) == set(hw.find_tasks(chapter)), chapter
-    assert find_leaks(unpacked) == []
+    assert find_leaks(unpacked) == []  # the instructors' keys and rubrics quoted nowhere, too
+    assert not (unpacked / "instructors").exists() and (unpacked / "written" / "step01.md").is_file()
 
 
 LATER = [c for c in chapters() if hw.find_tasks(c)][1:]

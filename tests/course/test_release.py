@@ -18,7 +18,7 @@ import pytest
 
 from course import homework_tool as hw
 from course.chapters import chapters
-from course.homework_tool import leaks, tasks
+from course.homework_tool import leaks, tasks, written
 from course.homework_tool import release as rel
 from course.paths import REPO_ROOT
 
@@ -135,6 +135,61 @@ def chunks(ids, n):
         out.append(tuple(ids[j * n:(j + 1) * n]))
     return out
 '''
+
+
+CHAPTER_README = """# Chapter 91 — a fake
+
+## Exercises
+
+**Thought questions**
+
+Each question opens with its points: the written part is worth 3 points in all.
+
+1. *(3 points)* Why does `add` scale the total of its two numbers, and what would a caller lose without it?
+
+**Homework.** ...
+"""
+KEY = ("# Chapter 91 — answer key\n\n## 1. Why scale\n\nAsked why does add scale the total of its two numbers, and "
+       "what would a caller lose without it: the caller asks for a weighted sum, and scaling the total once costs "
+       "one multiply where scaling each of the numbers costs two of them.\n")
+RUBRIC = ("# Chapter 91 — rubric\n\n## 1. Why scale (3 points)\n\n- **2** Names the weighted sum that a caller asks "
+          "for, and the multiply that scaling the total saves over scaling each number.\n- **1** Says what is lost.\n")
+
+
+@pytest.fixture
+def keyed(fake: Path) -> Path:
+    """The fake course with a chapter README that asks a question, its key and its rubric."""
+    (fake / "step91_fake" / "README.md").write_text(CHAPTER_README)
+    (fake / "instructors" / "answers" / "step91.md").write_text(KEY)
+    (fake / "instructors" / "rubrics").mkdir()
+    (fake / "instructors" / "rubrics" / "step91.md").write_text(RUBRIC)
+    return fake
+
+
+def test_the_release_carries_the_answer_sheets_and_no_key_or_rubric(keyed: Path, tmp_path: Path):
+    out = rel.release(tmp_path / "student", root=keyed)
+    assert (out / written.RELEASED / "step91.md").read_text() == written.template("step91", keyed)
+    assert not (out / written.RELEASED / "step92.md").exists(), "chapter 92 asks no questions"
+    assert not (out / "instructors").exists()
+    assert leaks.find_leaks(out, keyed) == [], "the key quotes its question, which ships: no leak"
+    copy = hw.start("step91", tmp_path / "hw", root=out)  # homework start, in the release
+    assert (copy / written.TEMPLATE).read_text() == written.template("step91", keyed)
+
+
+@pytest.mark.parametrize("where,text,source", [
+    ("step91_fake/README.md", "\nThe caller asks for a weighted sum, and scaling the total once costs one multiply\n",
+     "instructors/answers/step91.md, question 1"),
+    ("tests/step91/test_fake.py", "\n# names the weighted sum that a caller asks for, and the multiply that scaling\n",
+     "instructors/rubrics/step91.md, question 1")])
+def test_a_quoted_key_or_rubric_stops_the_release(keyed: Path, tmp_path: Path, where: str, text: str, source: str):
+    """Twelve words of a key or a rubric in any file of the release stop it (case and markup aside), named with the
+    file, the line and the key's question; nothing is written."""
+    lines = (keyed / where).read_text().count("\n")
+    (keyed / where).write_text((keyed / where).read_text() + text)
+    with pytest.raises(hw.CheckError, match="quote the instructors' answer keys or rubrics") as caught:
+        rel.release(tmp_path / "student", root=keyed)
+    assert f"{source}: {where}:{lines + 2}: quotes the instructors' text" in str(caught.value)
+    assert not (tmp_path / "student").exists()
 
 
 def test_a_renamed_copy_in_a_later_chapter_stops_the_release(fake: Path, tmp_path: Path):
@@ -322,7 +377,7 @@ def test_the_release_clears_the_notebooks_outputs(fake: Path, tmp_path: Path):
     released = nbformat.read(out / "notebooks" / "91_fake.ipynb", as_version=4)
     nbformat.validate(released)
     note, title, code = released.cells
-    assert note.cell_type == "markdown" and "python -m course homework notebook stepNN" in note.source
+    assert note.cell_type == "markdown" and "run this notebook after finishing the homework" in note.source
     assert "outputs were cleared" in note.source
     assert (title.source, code.source, code.outputs, code.execution_count) == ("# Chapter 91", "add(1)", [], None)
 
@@ -406,7 +461,8 @@ def test_no_solution_in_the_release(chapter: str, task: str, real_release: Path,
 
 def test_the_release_is_the_whole_course_minus_instructor_files(real_release: Path):
     tracked = {f for f in rel.course_files(REAL)}
-    shipped = {f for f in rel.course_files(real_release)} - {Path(rel.MARKER), Path("ruff.toml")}
+    sheets = {Path(written.RELEASED) / f"{c.split('_')[0]}.md" for c in chapters()}
+    shipped = {f for f in rel.course_files(real_release)} - {Path(rel.MARKER), Path("ruff.toml")} - sheets
     assert shipped == {f for f in tracked if not rel.is_instructor_only(f)}
     for must in ("Makefile", "pyproject.toml", "README.md", "scripts/setup.sh", ".ci/run",
                  "course/homework_tool/release.py", "tests/test_homework_proof.py",
@@ -414,6 +470,16 @@ def test_the_release_is_the_whole_course_minus_instructor_files(real_release: Pa
         assert (real_release / must).is_file(), must
     assert list((real_release / "notebooks").glob("*.ipynb"))
     assert not (real_release / "instructors").exists() and not (real_release / "tests" / "instructors").exists()
+
+
+def test_the_release_carries_every_answer_sheet_and_quotes_no_key_or_rubric(real_release: Path,
+                                                                           real_leaks: list[leaks.Leak]):
+    for chapter in chapters():
+        sheet = (real_release / written.RELEASED / f"{chapter.split('_')[0]}.md").read_text()
+        assert sheet == written.template(chapter), chapter
+    assert not (real_release / "instructors").exists()
+    found = [leak for leak in real_leaks if leak.task.startswith("instructors/")]
+    assert not found, f"the release quotes the instructors' keys or rubrics:\n{leaks.describe(found)}"
 
 
 def test_the_release_keeps_students_out_of_the_instructors_notes(real_release: Path):

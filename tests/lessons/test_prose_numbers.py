@@ -244,6 +244,7 @@ def test_root_readme():
     for number in (f"Python ≥ {project['requires-python'].removeprefix('>=')}",
                    f"(no `points=` means {markers.Region._field_defaults['points']})",
                    f"or a {leaks.KEY_NODES}-node formula", f"or a {leaks.KEY_TOKENS}-token formula",
+                   f"{leaks.KEY_WORDS} consecutive words of a key",
                    f"max({runner._grace(0):g} s, {runner._grace(1000) / 10:g} %)"):
         assert number in guide, f"instructors/README.md should say {number!r}"
     oracle = (REPO_ROOT / "tests" / "step01" / "test_oracle.py").read_text()
