@@ -11,6 +11,7 @@ commands:
   figures [--check] [<chapter> ...]            the lessons' pictures, drawn by the chapters' code (stepNN_x/figures/)
   homework start|check <chapter> ...           student copies and per-task grading
   homework run|notebook <chapter> ...          a chapter's demo, a command or its notebook on your homework/ copy
+  homework timings [<chapter> ...]             check's time per chapter on the reference (instructors/README.md)
   homework release DIR [--chapters ...]        a student edition of the course (no solutions)
   homework autograder <chapter> OUT.zip ...    a Gradescope autograder for one chapter
   homework written <chapter> [--output FILE]   the answer sheet of a chapter's thought questions (the written part)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from benchmarks import check_times
 from benchmarks.reporting import (
     REPORTS,
     ChapterReport,
@@ -86,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## overview\n{text}")
         if args.write:
             write_block(REPO_ROOT / "README.md", text)
+    if not args.chapters and check_times.guide_path().is_file():  # the instructors' guide (not in a student edition)
+        text = check_times.render(check_times.load())
+        print(f"## check times (instructors/README.md)\n{text}")
+        if args.write:
+            write_block(check_times.guide_path(), text, check_times.BEGIN, check_times.END)
     return 1 if failed else 0
 
 

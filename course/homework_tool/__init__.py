@@ -22,7 +22,8 @@ edition of the whole course. One module per job:
   a formula written out in the lessons' markdown;
 - overlay.py: `run` and `notebook`, a chapter's demo (or any command) and its notebook on the student's copy, the
   earlier chapters from the reference or the student's copies (overlay_site/sitecustomize.py, on PYTHONPATH);
-- cli.py: `python -m course homework start|check|run|notebook|release|autograder|run-autograder`.
+- timings.py: `timings`, how long `check` takes on each chapter's reference, for the instructors' guide;
+- cli.py: `python -m course homework start|check|run|notebook|release|autograder|run-autograder|timings`.
 """
 from .cli import main
 from .grading import RULE, check, execute, plan

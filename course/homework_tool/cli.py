@@ -15,6 +15,8 @@ from .overlay import add_commands, split_command
 from .overlay import main as run_on_copy
 from .release import release
 from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start, submission_files
+from .timings import add_command as add_timings
+from .timings import main as timings
 from .written import TEMPLATE, questions, template
 
 
@@ -133,10 +135,13 @@ def main(argv: list[str]) -> int:
     p_check.add_argument("--scored-only", action="store_true", help="skip untagged tests (they do not score)")
     p_check.add_argument("--verbose", action="store_true", help="show pytest's own output (tracebacks)")
     add_commands(sub)  # run, notebook: the chapter's demo and notebook on the student's copy (overlay.py)
+    add_timings(sub)  # timings: check's time per chapter, for the instructors' guide (timings.py)
     argv, command_line = split_command(argv)
     args = parser.parse_args(argv)
     if args.command in ("run", "notebook"):
         return run_on_copy(args, command_line)
+    if args.command == "timings":
+        return timings(args)
     try:
         if args.command == "start":
             target = start(args.chapter, args.dest, args.force, root=args.root)
