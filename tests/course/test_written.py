@@ -35,7 +35,7 @@ def test_every_question_has_points_and_the_total_is_their_sum(chapter: str):
 def test_the_written_total_is_said_apart_from_the_tasks_total(chapter: str):
     section = " ".join(written.section((REPO_ROOT / chapter / "README.md").read_text()).split())
     tasks = sum(task_points(find_tasks(chapter)).values())
-    assert f"which are autograded ({tasks} points in all)" in section
+    assert f"the tasks below are autograded ({tasks} points in all)" in section
 
 
 def test_parse_reads_the_points_tag_and_leaves_it_out_of_the_text():
