@@ -155,6 +155,8 @@ def main(argv: list[str]) -> int:
                     worth = f"{r.points} pt" + ("s" if r.points > 1 else "")
                     print(f"  {task:<{width}}  {worth:>6}  {shown(file)}:{r.begin:<5} {r.function}")
             print(f"Then grade your copy: python -m course homework check {args.chapter}\n"
+                  f"Run the chapter's demo and notebook on it: python -m course homework run {args.chapter}, "
+                  f"python -m course homework notebook {args.chapter}\n"
                   f"Hand in these files of {shown(target)}: {', '.join(submission_files(args.chapter, args.root))}")
             if (target / TEMPLATE).is_file():
                 asked = questions(args.chapter, args.root)

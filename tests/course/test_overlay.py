@@ -147,3 +147,9 @@ def test_a_chapter_of_the_course_runs_from_the_copy(tmp_path: Path):
                               timeout=300)
         expected = [str(rope / "rope.py"), str(dest / "step02_paged" / "slot_mapping.py")]
         assert done.stdout.splitlines() == expected, done.stderr
+
+
+def test_start_says_how_to_run_the_demo_and_the_notebook_on_the_copy(course: Path, tmp_path: Path, capsys):
+    assert hw.main(["start", "step91", "--dest", str(tmp_path / "hw"), "--root", str(course)]) == 0
+    assert ("Run the chapter's demo and notebook on it: python -m course homework run step91, python -m course "
+            "homework notebook step91") in capsys.readouterr().out
