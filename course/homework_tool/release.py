@@ -100,7 +100,7 @@ def release(dest: Path | str, chapters: Iterable[str] | None = None, root: Path 
         if f == Path("README.md"):
             texts[f] = student_readme((root / f).read_text())
         elif f.parts[0] == "notebooks" and f.suffix == ".ipynb":
-            texts[f] = cleared_notebook((root / f).read_text())
+            texts[f] = cleared_notebook((root / f).read_text(), "step" + f.name[:2])
     sheets = {Path(RELEASED) / f"{p.split('_')[0]}.md": template(p, root) for p in select_chapters(None, root)
               if has_written_part(p, root)}  # the written part's answer sheets, one per chapter
     files += [f for f in sheets if f not in files]
@@ -228,17 +228,20 @@ def student_readme(text: str) -> str:
     return "".join(out)
 
 
-NOTEBOOK_NOTE = ("*Student edition: run this notebook after finishing the homework; its outputs were cleared "
-                 "(they were computed by the reference solutions).*")
+NOTEBOOK_NOTE = ("*Student edition: its outputs were cleared (the reference solutions computed them). Run it on "
+                 "your homework copy, once you have written the chapter's tasks, with `python -m course homework "
+                 "notebook {chapter}`.*")
 
 
-def cleared_notebook(text: str) -> str:
-    """A notebook without outputs (the reference solutions computed them) and with NOTEBOOK_NOTE at the top."""
+def cleared_notebook(text: str, chapter: str) -> str:
+    """A notebook without outputs (the reference solutions computed them) and with NOTEBOOK_NOTE, naming its chapter
+    (`stepNN`, NN the number its file name starts with), at the top."""
     notebook = json.loads(text)
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
-    note = {"cell_type": "markdown", "id": "student-edition-note", "metadata": {}, "source": [NOTEBOOK_NOTE]}
+    note = {"cell_type": "markdown", "id": "student-edition-note", "metadata": {},
+            "source": [NOTEBOOK_NOTE.format(chapter=chapter)]}
     if (notebook.get("nbformat", 4), notebook.get("nbformat_minor", 0)) < (4, 5):
         del note["id"]  # cell ids came with nbformat 4.5
     notebook["cells"].insert(0, note)

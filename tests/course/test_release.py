@@ -377,7 +377,7 @@ def test_the_release_clears_the_notebooks_outputs(fake: Path, tmp_path: Path):
     released = nbformat.read(out / "notebooks" / "91_fake.ipynb", as_version=4)
     nbformat.validate(released)
     note, title, code = released.cells
-    assert note.cell_type == "markdown" and "run this notebook after finishing the homework" in note.source
+    assert note.cell_type == "markdown" and "python -m course homework notebook step91`" in note.source
     assert "outputs were cleared" in note.source
     assert (title.source, code.source, code.outputs, code.execution_count) == ("# Chapter 91", "add(1)", [], None)
 
@@ -488,7 +488,8 @@ def test_the_release_keeps_students_out_of_the_instructors_notes(real_release: P
     assert "## For instructors" not in readme and "Gradescope" not in readme and "homework release" not in readme
     for notebook in sorted((real_release / "notebooks").glob("*.ipynb")):
         cells = json.loads(notebook.read_text())["cells"]
-        assert rel.NOTEBOOK_NOTE in "".join(cells[0]["source"]), notebook.name
+        note = rel.NOTEBOOK_NOTE.format(chapter="step" + notebook.name[:2])
+        assert note in "".join(cells[0]["source"]), notebook.name
         code = [c for c in cells if c["cell_type"] == "code"]
         assert code and not any(c["outputs"] or c["execution_count"] for c in code), notebook.name
 
