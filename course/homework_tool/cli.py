@@ -14,10 +14,10 @@ from .markers import MarkerError
 from .overlay import add_commands, split_command
 from .overlay import main as run_on_copy
 from .release import release
-from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, start, submission_files
+from .tasks import DEFAULT_DEST, CheckError, earlier_chapters, find_tasks, submission_files
 from .timings import add_command as add_timings
 from .timings import main as timings
-from .written import TEMPLATE, questions, template
+from .written import TEMPLATE, questions, start_with_sheet, template
 
 
 def _emit(obj: dict, output: Path | None) -> None:
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
         return timings(args)
     try:
         if args.command == "start":
-            target = start(args.chapter, args.dest, args.force, root=args.root)
+            target = start_with_sheet(args.chapter, args.dest, args.force, root=args.root)
             tasks = find_tasks(args.chapter, args.root)
             print(f"Created {shown(target)}: a copy of {target.name} with {len(tasks)} task(s) stubbed out.\n"
                   "Write these functions (look for '# BEGIN SOLUTION <task>'):")

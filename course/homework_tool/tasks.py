@@ -132,9 +132,10 @@ def earlier_chapters(chapter: str, dest: Path | str = DEFAULT_DEST, root: Path |
 
 
 def start(chapter: str, dest: Path | str = DEFAULT_DEST, force: bool = False, only: set[str] | None = None,
-          root: Path | None = None) -> Path:
-    """Copy the chapter to `dest/<package>` with the marked bodies stubbed, and the answer sheet of its thought
-    questions beside them (written.TEMPLATE: kept when the copy being replaced has one); returns the copy's folder."""
+          root: Path | None = None, beside: dict[str, str] | None = None) -> Path:
+    """Copy the chapter to `dest/<package>` with the marked bodies stubbed, and the files of `beside` (name -> text)
+    in it, each kept instead when the copy being replaced has one (the student's own: written.start_with_sheet
+    puts the answer sheet there); returns the copy's folder."""
     root = root or REPO_ROOT
     package, _ = resolve_chapter(chapter, root)
     source_dir, target = root / package, Path(dest).resolve() / package
@@ -145,17 +146,13 @@ def start(chapter: str, dest: Path | str = DEFAULT_DEST, force: bool = False, on
     # Stub everything before touching the disk: a bad marker must not leave a half-made copy.
     find_tasks(package, root)  # the markers of a task must agree on its points, across files too
     stubs = {p: make_stub(p.read_text(), only, package, str(p.relative_to(root))) for p in _sources(source_dir)}
-    from .written import TEMPLATE, has_written_part, template  # (written.py reads chapters through this module)
-
-    # The answer sheet of the thought questions, from the README; one the student already wrote in survives --force.
-    sheet = template(package, root) if has_written_part(package, root) else None
-    if sheet and (target / TEMPLATE).is_file():
-        sheet = (target / TEMPLATE).read_text()
+    beside = {name: (target / name).read_text() if (target / name).is_file() else text
+              for name, text in (beside or {}).items()}
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source_dir, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for path, text in stubs.items():
         (target / path.relative_to(source_dir)).write_text(text)
-    if sheet:
-        (target / TEMPLATE).write_text(sheet)
+    for name, text in beside.items():
+        (target / name).write_text(text)
     return target

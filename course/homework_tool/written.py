@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..paths import REPO_ROOT
-from .tasks import CheckError, resolve_chapter
+from .tasks import DEFAULT_DEST, CheckError, resolve_chapter, start
 
 TEMPLATE = "THOUGHT_QUESTIONS.md"  # the student's answer sheet, in their copy of the chapter
 RELEASED = "written"  # the release's folder of answer sheets, one per chapter: written/stepNN.md
@@ -182,3 +182,11 @@ def parse_rubric(text: str) -> list[Rubric]:
 def rubric(chapter: str, root: Path | None = None) -> list[Rubric]:
     """The chapter's rubric (instructors/rubrics/stepNN.md), question by question."""
     return parse_rubric(rubric_path(chapter, root).read_text())
+
+
+def start_with_sheet(chapter: str, dest: Path | str = DEFAULT_DEST, force: bool = False,
+                     root: Path | None = None) -> Path:
+    """`homework start`: the chapter's stubbed copy (tasks.start) with the answer sheet of its thought questions
+    beside it, made from the README; a sheet the student already wrote survives `--force`."""
+    sheet = template(chapter, root) if has_written_part(chapter, root) else None
+    return start(chapter, dest, force, root=root, beside={TEMPLATE: sheet} if sheet else None)

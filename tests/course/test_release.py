@@ -172,7 +172,7 @@ def test_the_release_carries_the_answer_sheets_and_no_key_or_rubric(keyed: Path,
     assert not (out / written.RELEASED / "step92.md").exists(), "chapter 92 asks no questions"
     assert not (out / "instructors").exists()
     assert leaks.find_leaks(out, keyed) == [], "the key quotes its question, which ships: no leak"
-    copy = hw.start("step91", tmp_path / "hw", root=out)  # homework start, in the release
+    copy = written.start_with_sheet("step91", tmp_path / "hw", root=out)  # homework start, in the release
     assert (copy / written.TEMPLATE).read_text() == written.template("step91", keyed)
 
 
