@@ -24,7 +24,7 @@ from benchmarks import reporting
 from benchmarks.reporting import met
 from step06_triton.decode_attention import split_bucket, split_buckets
 
-from . import cascade_report, engine_report, fp8_report, speculative_report
+from . import cascade_report, compiled_report, engine_report, fp8_report, speculative_report
 from .common import CHAPTER, RESULTS, command_today
 from .flashinfer_anchor import goals as anchor_goals
 from .flashinfer_anchor import row_key
@@ -36,6 +36,7 @@ RULE = "<!-- split-rule:begin (python -m benchmarks.step06.report --write) -->",
 FP8 = "<!-- fp8:begin (python -m course report --write) -->", "<!-- fp8:end -->"
 MORE = "<!-- cascade-fp8:begin (python -m course report --write) -->", "<!-- cascade-fp8:end -->"  # second page's
 CASCADE = "<!-- cascade:begin (python -m course report --write) -->", "<!-- cascade:end -->"  # the cascade unit's
+COMPILED = "<!-- compiled:begin (python -m course report --write) -->", "<!-- compiled:end -->"  # results page's
 FP8_UNIT = "<!-- fp8-accuracy:begin (python -m course report --write) -->", "<!-- fp8-accuracy:end -->"  # FP8 unit's
 COLORS = {"triton": "tab:red", "gather": "tab:orange", "flex": "tab:blue", "contiguous": "tab:green"}
 
@@ -272,10 +273,21 @@ def more() -> str:
     return cascade + "\n" + verify + "\n" + fp8 + "\n"
 
 
+def compiled_section() -> str:
+    """The compiled runner beside the hand-fused one, from the newest committed <card>_compiled.json; until one is
+    committed, the command that makes it."""
+    run = compiled_report.load()
+    if run is None:
+        return ("No GPU run of the compiled runner (`compiled_runner.py`) is committed: it is measured by `python -m "
+                "benchmarks.step06.compiled --out step06_triton/results/h200_compiled.json` on a GPU, then `python -m "
+                "course report --write` puts it here.\n")
+    return compiled_report.tables(run)
+
+
 def sections() -> dict[tuple[str, str], str]:
     """The chapter's other measured blocks: the launch rule's before / after (results page), the second results
     page's tables and the FP8 cache's trade-off, the cascade and FP8 units' one table each."""
-    return {RULE: split_rule(load()), MORE: more(),
+    return {RULE: split_rule(load()), MORE: more(), COMPILED: compiled_section(),
             FP8: fp8_report.section(fp8_report.load_accuracy(), fp8_report.load_gpu()),
             CASCADE: cascade_report.unit(cascade_report.load()), FP8_UNIT: fp8_report.unit(fp8_report.load_accuracy())}
 
@@ -283,9 +295,12 @@ def sections() -> dict[tuple[str, str], str]:
 @reporting.register("step06", headline, BEGIN, sections)
 def render() -> reporting.Rendered:
     """The results page's block, its roofline plot and the engine's timeline, for `python -m course report`."""
-    res, engine = load(), engine_report.load()
-    return block(res, engine), {"roofline.svg": lambda path: plot(res, path),
-                                "timeline.svg": lambda path: engine_report.plot_timeline(engine, path)}
+    res, engine, run = load(), engine_report.load(), compiled_report.load()
+    drawn = {"roofline.svg": lambda path: plot(res, path),
+             "timeline.svg": lambda path: engine_report.plot_timeline(engine, path)}
+    if run is not None:
+        drawn[compiled_report.FIGURE] = lambda path: compiled_report.draw(run, path)
+    return block(res, engine), drawn
 
 
 def readme_block(readme: str) -> str:
@@ -305,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             reporting.write_block(reporting.page_with(CHAPTER, markers[0]), section, *markers)
         plot(res)
         engine_report.plot_timeline(engine, RESULTS / "timeline.svg")
+        if (run := compiled_report.load()) is not None:
+            compiled_report.draw(run, RESULTS / compiled_report.FIGURE)
     return 0
 
 
