@@ -240,40 +240,50 @@ def busy_and_timeline(engine: Engine, prompts: list[list[int]], new_tokens: int,
 # ---- the write-up's benchmark: time to first token, cold and warm -------------------------------------------
 
 def long_ttft(model: Transformer) -> dict:
-    """One request at a time (as the write-up measures): the first is cold, the next 7 find the 2,083-token
-    prefix cached and compute 38 tokens. Also the cache-off engine, host microseconds per warm request (its wall
-    time minus its GPU time) and what bounds a warm request: the token bound, and one pass over the weights."""
+    """Time to first token of the write-up's benchmark, as medians of 8 requests each: *cold*, every request after
+    the cache was emptied (it computes all 2,118 tokens); *warm*, every request right after another one left the
+    2,083-token prefix cached (it computes 38). Also the cache-off engine, host microseconds per warm request (its
+    wall time minus its GPU time) and what bounds a warm request: the token bound, and one pass over the weights."""
     prompts, _ = workload("long", model.config.vocab_size)
     params = SamplingParams(max_new_tokens=1)
     result = {}
     for name, cache in (("cache_on", "bridge"), ("cache_off", "none")):
         engine = engine_for(model, prompts, 1, prefix_cache=cache)
         engine.generate(prompts[:2], params)  # warm-up: compile, capture, allocator
-        engine.cache_manager.reset_cache()
-        ttft, gpu = [], []
-        for p in prompts:
-            engine.runner.timings = []
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            out = engine.generate([p], params)[0]
-            torch.cuda.synchronize()
-            ttft.append(time.perf_counter() - t0)
-            gpu.append(sum(a.elapsed_time(b) for a, b in engine.runner.timings) / 1e3)  # the replayed forward
-            engine.runner.timings = None
-            assert out.num_cached_tokens == (0 if cache == "none" or p is prompts[0] else 2080)
-        result[name] = dict(cold_ms=round(ttft[0] * 1e3, 3), warm_median_ms=round(median(ttft[1:]) * 1e3, 3),
-                            warm_ms=[round(t * 1e3, 3) for t in ttft[1:]],
-                            replays=getattr(engine.runner, "replays", 0))
+        runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}  # (wall s, GPU s) per request
+        for i, p in enumerate(prompts):
+            engine.cache_manager.reset_cache()
+            for kind, prompt in (("cold", p), ("warm", prompts[(i + 1) % len(prompts)])):
+                engine.runner.timings = []
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = engine.generate([prompt], params)[0]
+                torch.cuda.synchronize()
+                wall = time.perf_counter() - t0
+                gpu = sum(a.elapsed_time(b) for a, b in engine.runner.timings) / 1e3  # the replayed forward
+                engine.runner.timings = None
+                runs[kind].append((wall, gpu))
+                assert out.num_cached_tokens == (2080 if cache != "none" and kind == "warm" else 0)
+        cold, warm = ([w for w, _ in runs[k]] for k in ("cold", "warm"))
+        result[name] = dict(cold_median_ms=round(median(cold) * 1e3, 3), warm_median_ms=round(median(warm) * 1e3, 3),
+                            cold_ms=[round(t * 1e3, 3) for t in cold], warm_ms=[round(t * 1e3, 3) for t in warm],
+                            requests=len(prompts), replays=getattr(engine.runner, "replays", 0))
         if name == "cache_on":  # a warm request's forward is one extend-graph replay; the rest is host work
-            result["warm_forward_gpu_us"] = round(median(gpu[1:]) * 1e6, 1)
-            result["host_us_per_warm_request"] = round(median(t - g for t, g in zip(ttft[1:], gpu[1:])) * 1e6, 1)
+            result["warm_forward_gpu_us"] = round(median(g for _, g in runs["warm"]) * 1e6, 1)
+            result["host_us_per_warm_request"] = round(median(w - g for w, g in runs["warm"]) * 1e6, 1)
             result["host_profile"] = host_profile(engine, prompts[1:], params)
     on = result["cache_on"]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    result.update(warm_over_cold=round(on["cold_ms"] / on["warm_median_ms"], 2),
+    result.update(warm_over_cold=round(on["cold_median_ms"] / on["warm_median_ms"], 2),
                   token_bound=round(len(prompts[1]) / (len(prompts[1]) - 2080), 1),
                   weight_pass_floor_us=round(weights / copy_bandwidth() * 1e6, 1))
     return result
+
+
+def cold_ms(on: dict) -> float:
+    """A `long` run's cold time to first token: the median of its cold requests, or, in a file written before
+    cold requests were repeated, its one cold request."""
+    return on["cold_median_ms"] if "cold_median_ms" in on else on["cold_ms"]
 
 
 def host_profile(engine: Engine, prompts: list[list[int]], params: SamplingParams, top: int = 14) -> dict:
@@ -363,7 +373,7 @@ def goals(res: dict, copy_tb_s: float | None = None) -> list[dict]:
             on = by["long"]["cache_on"]
             rows.append(dict(goal=f"{model} long: warm TTFT <= 1.0 ms", measured=on["warm_median_ms"],
                              met=on["warm_median_ms"] <= 1.0))
-            rows.append(dict(goal=f"{model} long: cold TTFT <= 8 ms", measured=on["cold_ms"], met=on["cold_ms"] <= 8))
+            rows.append(dict(goal=f"{model} long: cold TTFT <= 8 ms", measured=cold_ms(on), met=cold_ms(on) <= 8))
     return rows
 
 
