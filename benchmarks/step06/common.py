@@ -57,6 +57,20 @@ def median_ms(fn: Callable[[], object]) -> float:
     return ms
 
 
+def replay_us(graph: torch.cuda.CUDAGraph, times: int) -> list[float]:
+    """Microseconds of each of `times` replays of a captured step, timed by CUDA events (its caches warm, as an
+    engine replays one step after another)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(times):
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end) * 1e3)
+    return out
+
+
 def eager_ms(fn: Callable[[], object]) -> float:
     """Median time of one call of `fn` launched as it is (its host work included when it exceeds the GPU's)."""
     import triton.testing

@@ -35,7 +35,7 @@ from step02_paged.geometry import cdiv
 from step06_triton.compiled_runner import CompiledRunner
 from step06_triton.engine import make_engine
 
-from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model
+from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model, replay_us
 from .engine import workload
 
 REQUESTS, NEW_TOKENS, BLOCK = 64, 64, EngineConfig.block_size
@@ -121,14 +121,7 @@ def decode_step(model: Transformer, runner: str, bandwidth: float) -> dict:
     if key is None:
         raise RuntimeError(f"no decode step of {len(prompts)} sequences was replayed from a graph: {graphed.replayed}")
     graph = graphed.graphs[key]
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(50):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
+    times = replay_us(graph, 50)
     cfg = model.config
     timeline = kernel_timeline(graph, cfg.num_layers)
     steps = []  # the engine's own decode steps, host included, to the end of the run

@@ -18,7 +18,7 @@ FIGURE = "compiled_timeline.svg"
 
 
 def path() -> Path | None:
-    """The newest committed compiled-runner JSON (an H200's before an H100's), or None before one ran."""
+    """The committed compiled-runner JSON (an H200's before an H100's), or None before one ran."""
     found = [RESULTS / f"{card}_compiled.json" for card in ("h200", "h100")]
     return next((p for p in found if p.exists()), None)
 

@@ -40,7 +40,7 @@ from step02_paged.geometry import cdiv
 from step06_triton.decode_attention import split_bucket
 from step06_triton.engine import make_engine
 
-from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model
+from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model, replay_us
 
 REQUESTS, NEW_TOKENS, ROUNDS = 64, 128, 3
 BLOCK = EngineConfig.block_size
@@ -175,14 +175,7 @@ def decode_profile(sync: Engine, overlap: Engine, prompts: list[list[int]], new_
     for e in launched:
         by_name.setdefault(e.name[:60], []).append(e.device_time)
     top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:14]
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(30):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
+    times = replay_us(graph, 30)
     model = graph_model.model
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     context = int(graph_model.seq_lens[:size].sum())
@@ -242,8 +235,9 @@ def busy_and_timeline(engine: Engine, prompts: list[list[int]], new_tokens: int,
 def long_ttft(model: Transformer) -> dict:
     """Time to first token of the write-up's benchmark, as medians of 8 requests each: *cold*, every request after
     the cache was emptied (it computes all 2,118 tokens); *warm*, every request right after another one left the
-    2,083-token prefix cached (it computes 38). Also the cache-off engine, host microseconds per warm request (its
-    wall time minus its GPU time) and what bounds a warm request: the token bound, and one pass over the weights."""
+    2,083-token prefix cached (it computes 38); `cold_runs_ms` and `warm_ms` hold each request's. Also the
+    cache-off engine, host microseconds per warm request (its wall time minus its GPU time) and what bounds a warm
+    request: the token bound, and one pass over the weights."""
     prompts, _ = workload("long", model.config.vocab_size)
     params = SamplingParams(max_new_tokens=1)
     result = {}
@@ -266,7 +260,7 @@ def long_ttft(model: Transformer) -> dict:
                 assert out.num_cached_tokens == (2080 if cache != "none" and kind == "warm" else 0)
         cold, warm = ([w for w, _ in runs[k]] for k in ("cold", "warm"))
         result[name] = dict(cold_median_ms=round(median(cold) * 1e3, 3), warm_median_ms=round(median(warm) * 1e3, 3),
-                            cold_ms=[round(t * 1e3, 3) for t in cold], warm_ms=[round(t * 1e3, 3) for t in warm],
+                            cold_runs_ms=[round(t * 1e3, 3) for t in cold], warm_ms=[round(t * 1e3, 3) for t in warm],
                             requests=len(prompts), replays=getattr(engine.runner, "replays", 0))
         if name == "cache_on":  # a warm request's forward is one extend-graph replay; the rest is host work
             result["warm_forward_gpu_us"] = round(median(g for _, g in runs["warm"]) * 1e6, 1)
@@ -282,7 +276,7 @@ def long_ttft(model: Transformer) -> dict:
 
 def cold_ms(on: dict) -> float:
     """A `long` run's cold time to first token: the median of its cold requests, or, in a file written before
-    cold requests were repeated, its one cold request."""
+    cold requests were repeated, its one cold request (`cold_ms`)."""
     return on["cold_median_ms"] if "cold_median_ms" in on else on["cold_ms"]
 
 

@@ -98,7 +98,7 @@ def build(chapter: str, out: Path | str, earlier: str = "reference", extra_tests
                 shutil.copy2(wheel, source / "wheels" / wheel.name)
         config = {"chapter": package, "earlier": earlier, "submit": submission_files(package, root),
                   "extra_tests": HIDDEN if extra is not None else None, "timeout": timeout,
-                  "total_timeout": total_timeout, "from_commit": _commit(root)}
+                  "total_timeout": total_timeout, "from_commit": head_commit(root)}
         (source / CONFIG).write_text(json.dumps(config, indent=1) + "\n")
         said = _command(package, earlier, extra, timeout, total_timeout, model, bool(wheel_files))
         for name, text in (("setup.sh", setup_script(root, package, earlier, model, said)),
@@ -147,7 +147,8 @@ def _zip(folder: Path, out: Path) -> None:
         raise
 
 
-def _commit(root: Path) -> str | None:
+def head_commit(root: Path) -> str | None:
+    """The commit `root` is checked out at, or None outside a git checkout."""
     try:
         done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
     except OSError:

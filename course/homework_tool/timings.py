@@ -25,14 +25,10 @@ from benchmarks.check_times import COMMAND, data_path
 from course import results
 
 from ..paths import REPO_ROOT, shown
+from .autograder import head_commit
 from .tasks import CheckError, find_tasks, select_chapters, start, stubbed_tasks, task_points
 
 TIMEOUT = 60.0  # check's default seconds per test: what a student gets
-
-
-def _commit(root: Path) -> str:
-    done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
 def time_check(chapter: str, dest: Path, scored_only: bool, root: Path) -> dict:
@@ -61,8 +57,8 @@ def measure(chapters: list[str] | None = None, root: Path | None = None, log: Ca
     packages = [p for p in select_chapters(chapters, root) if find_tasks(p, root)]
     if stubbed := [p for p in packages if stubbed_tasks(p, root)]:
         raise CheckError(f"{', '.join(stubbed)} hold stubs here (a student edition?): there is no reference to time")
-    record = {**results.started(COMMAND + (" " + " ".join(chapters) if chapters else "")), "commit": _commit(root),
-              "timeout": TIMEOUT, "chapters": {}}
+    record = {**results.started(COMMAND + (" " + " ".join(chapters) if chapters else "")),
+              "commit": head_commit(root) or "unknown", "timeout": TIMEOUT, "chapters": {}}
     for package in packages:
         points = task_points(find_tasks(package, root))
         with tempfile.TemporaryDirectory(prefix="kvcourse-timings-") as tmp:

@@ -29,10 +29,6 @@ def reference(model, prompts, params):
 @pytest.mark.task("task3.free_queue")
 @pytest.mark.task("task3.touch_evict")
 @pytest.mark.task("task3.lookup")
-@pytest.mark.task("task3.block_hash")
-@pytest.mark.task("task3.free_queue")
-@pytest.mark.task("task3.touch_evict")
-@pytest.mark.task("task3.lookup")
 @pytest.mark.task("task3.publish")
 @pytest.mark.parametrize("block_size", [4, 16])
 def test_cache_on_equals_off_with_preemption(model, block_size):
@@ -90,10 +86,6 @@ def test_generated_tokens_become_a_reusable_prefix(model):
     assert out2.output_ids == generate(model, turn2, SamplingParams(max_new_tokens=3))
 
 
-@pytest.mark.task("task3.block_hash")
-@pytest.mark.task("task3.free_queue")
-@pytest.mark.task("task3.touch_evict")
-@pytest.mark.task("task3.lookup")
 @pytest.mark.task("task3.block_hash")
 @pytest.mark.task("task3.free_queue")
 @pytest.mark.task("task3.touch_evict")
