@@ -65,12 +65,14 @@ def workload(name: str, vocab: int, seed: int = 0) -> tuple[list[list[int]], int
 
 
 def engine_for(model: Transformer, prompts: list[list[int]], new_tokens: int, prefix_cache: str = "bridge",
-               overlap: bool = False, graphs: bool = True, attention_backend: str = "triton", **options) -> Engine:
-    """Chapter 5's engine with room for every request at once, the default block size, fused CUDA-graph steps."""
+               overlap: bool = False, graphs: bool = True, attention_backend: str = "triton", compile: bool = False,
+               **options) -> Engine:
+    """Chapter 5's engine with room for every request at once, the default block size, fused CUDA-graph steps
+    (`compile`: the compiled step in the graphs instead of the hand-fused one)."""
     blocks = sum(cdiv(len(p) + new_tokens, BLOCK) for p in prompts) + 64
-    return make_engine(model, prefix_cache, attention_backend, cuda_graphs=graphs, fuse=graphs, overlap=overlap,
-                       num_blocks=blocks, block_size=BLOCK, max_num_seqs=len(prompts), max_num_batched_tokens=8192,
-                       **options)
+    return make_engine(model, prefix_cache, attention_backend, cuda_graphs=graphs, fuse=graphs and not compile,
+                       overlap=overlap, compile=compile, num_blocks=blocks, block_size=BLOCK,
+                       max_num_seqs=len(prompts), max_num_batched_tokens=8192, **options)
 
 
 def run_engine(engine: Engine, prompts: list[list[int]], new_tokens: int) -> tuple[list[list[int]], dict]:
@@ -235,36 +237,43 @@ def busy_and_timeline(engine: Engine, prompts: list[list[int]], new_tokens: int,
 def long_ttft(model: Transformer) -> dict:
     """Time to first token of the write-up's benchmark, as medians of 8 requests each: *cold*, every request after
     the cache was emptied (it computes all 2,118 tokens); *warm*, every request right after another one left the
-    2,083-token prefix cached (it computes 38); `cold_runs_ms` and `warm_ms` hold each request's. Also the
-    cache-off engine, host microseconds per warm request (its wall time minus its GPU time) and what bounds a warm
-    request: the token bound, and one pass over the weights."""
+    2,083-token prefix cached (it computes 38); `cold_runs_ms` and `warm_ms` hold each request's. The hand-fused
+    runner with and without the prefix cache, and the compiled runner with it (`cache_on_compiled`), in one run;
+    for each runner with the cache, host microseconds per warm request (its wall time minus its GPU time), a
+    warm request's kernels (`warm_kernels`), and for the fused one where its host time goes (`host_profile`); what
+    bounds a warm request: the token bound, and one pass over the weights."""
     prompts, _ = workload("long", model.config.vocab_size)
     params = SamplingParams(max_new_tokens=1)
     result = {}
-    for name, cache in (("cache_on", "bridge"), ("cache_off", "none")):
-        engine = engine_for(model, prompts, 1, prefix_cache=cache)
-        engine.generate(prompts[:2], params)  # warm-up: compile, capture, allocator
-        runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}  # (wall s, GPU s) per request
-        for i, p in enumerate(prompts):
-            engine.cache_manager.reset_cache()
-            for kind, prompt in (("cold", p), ("warm", prompts[(i + 1) % len(prompts)])):
-                engine.runner.timings = []
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                out = engine.generate([prompt], params)[0]
-                torch.cuda.synchronize()
-                wall = time.perf_counter() - t0
-                gpu = sum(a.elapsed_time(b) for a, b in engine.runner.timings) / 1e3  # the replayed forward
-                engine.runner.timings = None
-                runs[kind].append((wall, gpu))
-                assert out.num_cached_tokens == (2080 if cache != "none" and kind == "warm" else 0)
+    for name, cache, compiled in (("cache_on", "bridge", False), ("cache_off", "none", False),
+                                  ("cache_on_compiled", "bridge", True)):
+        try:
+            engine = engine_for(model, prompts, 1, prefix_cache=cache, compile=compiled)
+            t0 = time.perf_counter()
+            engine.generate(prompts[:2], params)  # warm-up: compile, capture, allocator
+            warmup_s = time.perf_counter() - t0
+            runs = ttft_runs(engine, prompts, params, cached=2080 if cache != "none" else 0)
+        except Exception as exc:  # noqa: BLE001 - a runner that fails is reported, the others still measured
+            if not compiled:
+                raise
+            result[name] = dict(error=f"{type(exc).__name__}: {exc}"[:400])
+            continue
         cold, warm = ([w for w, _ in runs[k]] for k in ("cold", "warm"))
         result[name] = dict(cold_median_ms=round(median(cold) * 1e3, 3), warm_median_ms=round(median(warm) * 1e3, 3),
                             cold_runs_ms=[round(t * 1e3, 3) for t in cold], warm_ms=[round(t * 1e3, 3) for t in warm],
-                            requests=len(prompts), replays=getattr(engine.runner, "replays", 0))
-        if name == "cache_on":  # a warm request's forward is one extend-graph replay; the rest is host work
-            result["warm_forward_gpu_us"] = round(median(g for _, g in runs["warm"]) * 1e6, 1)
-            result["host_us_per_warm_request"] = round(median(w - g for w, g in runs["warm"]) * 1e6, 1)
+                            requests=len(prompts), replays=getattr(engine.runner, "replays", 0),
+                            warmup_s=round(warmup_s, 2))
+        if cache == "none":
+            continue
+        # a warm request's forward is one extend-graph replay; the rest is host work
+        result[name].update(warm_forward_gpu_us=round(median(g for _, g in runs["warm"]) * 1e6, 1),
+                            host_us_per_warm_request=round(median(w - g for w, g in runs["warm"]) * 1e6, 1),
+                            warm_kernels=warm_kernels(engine, prompts[1]))
+        if compiled:
+            result[name]["compile_s"] = round(engine.runner.compile_seconds, 2)
+        else:  # the keys of files written before the compiled runner was measured beside it
+            result["warm_forward_gpu_us"] = result[name]["warm_forward_gpu_us"]
+            result["host_us_per_warm_request"] = result[name]["host_us_per_warm_request"]
             result["host_profile"] = host_profile(engine, prompts[1:], params)
     on = result["cache_on"]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -272,6 +281,46 @@ def long_ttft(model: Transformer) -> dict:
                   token_bound=round(len(prompts[1]) / (len(prompts[1]) - 2080), 1),
                   weight_pass_floor_us=round(weights / copy_bandwidth() * 1e6, 1))
     return result
+
+
+def ttft_runs(engine: Engine, prompts: list[list[int]], params: SamplingParams,
+              cached: int) -> dict[str, list[tuple[float, float]]]:
+    """(wall s, GPU s of the replayed forward) of each cold and each warm request: cold after emptying the cache,
+    warm right after the next prompt's cold run left the prefix cached; `cached`: the tokens a warm request finds."""
+    runs: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+    for i, p in enumerate(prompts):
+        engine.cache_manager.reset_cache()
+        for kind, prompt in (("cold", p), ("warm", prompts[(i + 1) % len(prompts)])):
+            engine.runner.timings = []
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            out = engine.generate([prompt], params)[0]
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t0
+            gpu = sum(a.elapsed_time(b) for a, b in engine.runner.timings) / 1e3
+            engine.runner.timings = None
+            runs[kind].append((wall, gpu))
+            assert out.num_cached_tokens == (cached if kind == "warm" else 0)
+    return runs
+
+
+def warm_kernels(engine: Engine, prompt: list[int], top: int = 12) -> dict:
+    """The kernels of one warm request (the prefix cached by a run just before), from torch.profiler: how many,
+    their GPU µs in all, and the ones with the most time (name, count, µs)."""
+    engine.cache_manager.reset_cache()
+    engine.generate([prompt], SamplingParams(max_new_tokens=1))
+    torch.cuda.synchronize()
+    activity = torch.profiler.ProfilerActivity  # the CPU's only where there is no GPU (a dry run: no kernels)
+    with torch.profiler.profile(activities=[activity.CUDA if torch.cuda.is_available() else activity.CPU]) as prof:
+        engine.generate([prompt], SamplingParams(max_new_tokens=1))
+        torch.cuda.synchronize()
+    launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_name: dict[str, list[float]] = {}
+    for e in launched:
+        by_name.setdefault(e.name[:60], []).append(e.device_time)
+    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return dict(kernels=len(launched), gpu_us=round(sum(e.device_time for e in launched), 1),
+                top=[[n, len(t), round(sum(t), 1)] for n, t in ranked])
 
 
 def cold_ms(on: dict) -> float:

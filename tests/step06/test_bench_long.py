@@ -14,10 +14,10 @@ from step06_triton.engine import make_engine
 
 @pytest.fixture
 def on_cpu(monkeypatch):
-    def engine_for(model, prompts, new_tokens, prefix_cache="bridge", **_):
+    def engine_for(model, prompts, new_tokens, prefix_cache="bridge", compile=False, **_):
         blocks = sum(-(-(len(p) + new_tokens) // bench.BLOCK) for p in prompts) + 64
         return make_engine(model, prefix_cache, "torch", num_blocks=blocks, block_size=bench.BLOCK,
-                           max_num_seqs=len(prompts), max_num_batched_tokens=8192)
+                           max_num_seqs=len(prompts), max_num_batched_tokens=8192, compile=compile)
 
     monkeypatch.setattr(bench, "engine_for", engine_for)
     monkeypatch.setattr(bench, "copy_bandwidth", lambda: 1e12)
@@ -35,3 +35,7 @@ def test_long_measures_eight_cold_and_eight_warm_requests(on_cpu):
     assert result["token_bound"] == 55.7, "2,118 tokens a request, 38 computed when warm"
     assert bench.cold_ms(on) == on["cold_median_ms"]
     assert result["host_profile"]["requests"] == 7
+    compiled = result["cache_on_compiled"]
+    assert "error" not in compiled, compiled
+    assert len(compiled["warm_ms"]) == 8 and compiled["compile_s"] > 0
+    assert set(compiled["warm_kernels"]) == {"kernels", "gpu_us", "top"}
