@@ -15,6 +15,7 @@ from .engine import cold_ms, floor_us, goals
 
 MODELS = {"smollm2_135m": "SmolLM2-135M's shape", "llama_3_2_1b": "a Llama-3.2-1B shape"}
 CONTENDERS = {"engine_sync": "engine, synchronous (chapter 2's loop)", "engine_overlap": "engine, overlapped",
+              "engine_overlap_compiled": "engine, overlapped, compiled step",
               "engine_no_cache": "engine, overlapped, no prefix cache",
               "hf_dynamic": "HF `generate`, batched, SDPA, dynamic cache",
               "hf_static": "HF `generate`, batched, SDPA, static cache"}
