@@ -25,6 +25,28 @@ def load(path: Path = RESULTS / "h200_engine.json") -> dict:
     return json.loads(path.read_text())
 
 
+def warm_request_rows(long: dict) -> list[str]:
+    """The `long` benchmark's runners side by side, where the run measured more than the fused one: time to first
+    token cold and warm, a warm request's GPU and host time, and its kernels (count, GPU µs, the costliest)."""
+    runners = [(k, name) for k, name in (("cache_on", "hand-fused graphs"), ("cache_on_compiled", "compiled graphs"))
+               if k in long]
+    if len(runners) < 2:
+        return []
+    lines = ["| runner | cold median, ms | warm median, ms | warm forward, GPU µs | host µs per warm request | "
+             "kernels of a warm request (GPU µs) | the costliest kernels (calls, µs) |",
+             "|---|---|---|---|---|---|---|"]
+    for key, name in runners:
+        r = long[key]
+        if "error" in r:
+            lines.append(f"| {name} | failed: {r['error'][:120]} | | | | | |")
+            continue
+        k = r["warm_kernels"]
+        top = "; ".join(f"`{n[:40]}` {c}, {us}" for n, c, us in k["top"][:3])
+        lines.append(f"| {name} | {r['cold_median_ms']} | **{r['warm_median_ms']}** | {r['warm_forward_gpu_us']} | "
+                     f"{r['host_us_per_warm_request']} | {k['kernels']} ({k['gpu_us']}) | {top} |")
+    return lines + [""]
+
+
 def throughput_rows(e: dict) -> list[str]:
     lines = ["| model | workload | contender | tokens/s (median of 3 rounds) | every round | x HF static | prompt "
              "tokens computed |", "|---|---|---|---|---|---|---|"]
@@ -117,6 +139,7 @@ def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "resu
                   f"{long['warm_forward_gpu_us']} µs of GPU; the rest, {long['host_us_per_warm_request']} µs, is "
                   "host work. One pass over the weights at copy "
                   f"speed would take {long['weight_pass_floor_us']} µs.", ""]
+        lines += warm_request_rows(long)
     tier = s.get("host_tier", {})
     if tier and "error" not in tier:
         off, on, r = tier["tier_off"], tier["tier_on"], tier["rates"]

@@ -77,3 +77,14 @@ def test_smollm2_architecture_constant_matches_the_gguf():
     real = asdict(config_from_gguf(gguf.GGUFReader(str(gguf_path()))))
     assert real == pytest.approx(asdict(tiny_config(**SMOLLM2_135M)), rel=1e-6)  # the GGUF stores eps in fp32
 
+
+
+def test_the_long_benchmark_puts_its_runners_side_by_side():
+    from benchmarks.step06.engine_report import warm_request_rows
+    fused = dict(cold_median_ms=7.0, warm_median_ms=3.0, warm_forward_gpu_us=1370.0, host_us_per_warm_request=1650.0,
+                 warm_kernels=dict(kernels=340, gpu_us=1200.0, top=[["extend_attention_kernel", 30, 600.0]]))
+    assert warm_request_rows({"cache_on": fused}) == [], "one runner: the paragraph above says it all"
+    rows = warm_request_rows({"cache_on": fused, "cache_on_compiled": dict(error="BackendCompilerFailed: x")})
+    assert "| hand-fused graphs | 7.0 | **3.0** | 1370.0 | 1650.0 | 340 (1200.0) |" in rows[2]
+    assert "`extend_attention_kernel` 30, 600.0" in rows[2]
+    assert rows[3].startswith("| compiled graphs | failed: BackendCompilerFailed")
