@@ -58,8 +58,18 @@ def _anchor(anchor: dict, row: dict) -> str:
                                              row["block_size"]))
     if r is None:
         return "— | —"
-    return (f"{r['flashinfer_graph_tb_s']} / {r['flashinfer_eager_tb_s']} | "
-            f"{r['triton_graph_tb_s']} / {r['triton_eager_tb_s']}")
+    modes = ANCHOR_MODES if "flashinfer_eager_per_layer_tb_s" in r else ANCHOR_MODES[:2]
+    return " | ".join(" / ".join(str(r[f"{who}_{mode}_tb_s"]) for mode in modes) for who in ("flashinfer", "triton"))
+
+
+ANCHOR_MODES = ("graph", "eager", "eager_per_layer")  # how FlashInfer's run launched each kernel
+
+
+def _anchor_modes(anchor: dict) -> str:
+    """The anchor columns' heading: `graph / eager`, and `/ per layer` where the run timed a plan per step."""
+    rows = anchor.get("decode", {}).values()
+    return "graph / eager / per layer" if any("flashinfer_eager_per_layer_tb_s" in r for r in rows) else \
+        "graph / eager"
 
 
 def fastest_copy(res: dict) -> float:
@@ -104,6 +114,7 @@ def tables(res: dict, anchor: dict) -> str:
     m = k.get("machine", res["machine"])
     uniform = [r for r in k["decode"] if not r["ragged"]]
     ragged = [r for r in k["decode"] if r["ragged"]]
+    modes = _anchor_modes(anchor)
     lines = [f"Measured on {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, Triton {m['triton']}, on {m['date']}. "
              f"Ceilings: device copy {fastest_copy(res)} TB/s, the fastest copy this run measured (bytes read + "
              f"written), and bf16 matmul {k['ceilings']['matmul_tflop_s']} TFLOP/s. *copy* in the tables is a copy of "
@@ -113,8 +124,8 @@ def tables(res: dict, anchor: dict) -> str:
              "read, output written); *splits*: what the launch rule gives each sequence; *first version*: the kernel "
              "before its launch rule split by work, measured on the same machine on 2026-12-01:", "",
              "| batch x context | block | splits | Triton (ours) | first version | gather + SDPA | course torch "
-             "path | FlexAttention paged | contiguous SDPA (no paging) | copy | FlashInfer, graph / eager | ours "
-             "in FlashInfer's run, graph / eager |",
+             f"path | FlexAttention paged | contiguous SDPA (no paging) | copy | FlashInfer, {modes} | ours "
+             f"in FlashInfer's run, {modes} |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in uniform:
         lines.append(f"| {r['batch']} x {r['context']} | {r['block_size']} | {_splits(r)} | "
@@ -127,8 +138,8 @@ def tables(res: dict, anchor: dict) -> str:
               "key mask hides the padding) and are charged for the real bytes only:", "",
               "| heads (query / KV x head_dim) | block | splits per sequence | Triton (ours) | as a captured step "
               f"replays it | one split axis for {GRAPH_CONTEXT // 1024}k contexts | first version's rule | gather + "
-              "SDPA | FlexAttention paged | contiguous SDPA (padded) | copy | FlashInfer, graph / eager | ours in "
-              "FlashInfer's run, graph / eager |",
+              f"SDPA | FlexAttention paged | contiguous SDPA (padded) | copy | FlashInfer, {modes} | ours in "
+              f"FlashInfer's run, {modes} |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in ragged:
         lines.append(f"| {r['heads']} | {r['block_size']} | {_splits(r)} | **{r['triton_tb_s']}** | "
@@ -156,7 +167,10 @@ def tables(res: dict, anchor: dict) -> str:
         lines += ["", f"FlashInfer {anchor['flashinfer']} (JIT-compiled on the GPU machine) on the same tensors: "
                   f"`{anchor['commands'][-1]}`, on {anchor['machine']['date']}. Its columns give its better decode "
                   "kernel (CUDA cores or tensor cores, both in the JSON) and, beside it, the course's kernel timed in "
-                  "the same run; *eager* launches include FlashInfer's planning on the host."]
+                  "the same run; *eager* launches include FlashInfer's planning on the host"
+                  + ("; *per layer*: as an engine runs a step, one plan and then a model's layers of calls (16 for "
+                     "32 / 8 x 128 heads, 30 for 9 / 3 x 64), the time over the layers." if "per layer" in modes
+                     else ".")]
     return "\n".join(lines) + "\n"
 
 

@@ -88,3 +88,15 @@ def test_the_long_benchmark_puts_its_runners_side_by_side():
     assert "| hand-fused graphs | 7.0 | **3.0** | 1370.0 | 1650.0 | 340 (1200.0) |" in rows[2]
     assert "`extend_attention_kernel` 30, 600.0" in rows[2]
     assert rows[3].startswith("| compiled graphs | failed: BackendCompilerFailed")
+
+
+def test_flashinfer_cells_add_the_per_layer_anchor_where_it_was_measured():
+    key = report.row_key("9/3x64", True, 64, 8192, 16)
+    row = dict(heads="9/3x64", ragged=True, batch=64, context=8192, block_size=16)
+    old = {f"{who}_{mode}_tb_s": i for i, (who, mode) in enumerate(
+        (w, m) for w in ("flashinfer", "triton") for m in ("graph", "eager"))}
+    assert report._anchor({"decode": {key: old}}, row) == "0 / 1 | 2 / 3"
+    assert report._anchor_modes({"decode": {key: old}}) == "graph / eager"
+    new = {**old, "flashinfer_eager_per_layer_tb_s": 1.5, "triton_eager_per_layer_tb_s": 3.5}
+    assert report._anchor({"decode": {key: new}}, row) == "0 / 1 / 1.5 | 2 / 3 / 3.5"
+    assert report._anchor_modes({"decode": {key: new}}) == "graph / eager / per layer"
