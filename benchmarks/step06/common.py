@@ -160,7 +160,7 @@ class Parts:
             node[key[-1]] = fn()
         except Exception as exc:  # noqa: BLE001 - reported in the JSON, not hidden
             traceback.print_exc()
-            node[key[-1]] = dict(error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            node[key[-1]] = dict(error=error_text(exc))
         print(*key, json.dumps(node[key[-1]])[:1200], flush=True)
         self.save()
         torch.cuda.empty_cache()
@@ -178,6 +178,12 @@ class Parts:
         if self.out:
             self.out.parent.mkdir(parents=True, exist_ok=True)
             self.out.write_text(json.dumps(self.result, indent=1) + "\n")
+
+
+def error_text(exc: Exception) -> str:
+    """How a results file records a part that raised: the exception's type and its message's first line."""
+    first = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def needs_gpu(name: str) -> bool:

@@ -35,7 +35,7 @@ from step02_paged.geometry import cdiv
 from step06_triton.compiled_runner import CompiledRunner
 from step06_triton.engine import make_engine
 
-from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model, replay_us
+from .common import MODELS, RESULTS, Parts, copy_bandwidth, error_text, exact_fp32, needs_gpu, random_model, replay_us
 from .engine import workload
 
 REQUESTS, NEW_TOKENS, BLOCK = 64, 64, EngineConfig.block_size
@@ -156,7 +156,7 @@ def compiled_step(model: Transformer, bandwidth: float, merge: bool = True) -> d
     except Exception as exc:  # noqa: BLE001 - kept in the JSON, then the fallback
         import traceback
         traceback.print_exc()
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}" if str(exc) else type(exc).__name__
+        error = error_text(exc)
         torch._dynamo.reset()
         model.__dict__.pop("_compiled_forwards", None)
         CompiledRunner.dynamic = "backed"

@@ -41,7 +41,7 @@ from step02_paged.geometry import cdiv
 from step06_triton.decode_attention import split_bucket
 from step06_triton.engine import make_engine
 
-from .common import MODELS, RESULTS, Parts, copy_bandwidth, exact_fp32, needs_gpu, random_model, replay_us
+from .common import MODELS, RESULTS, Parts, copy_bandwidth, error_text, exact_fp32, needs_gpu, random_model, replay_us
 
 REQUESTS, NEW_TOKENS, ROUNDS = 64, 128, 3
 BLOCK = EngineConfig.block_size
@@ -146,7 +146,7 @@ def throughput(model: Transformer, name: str, rounds: int) -> dict:
         except Exception as exc:  # noqa: BLE001
             if k != "engine_overlap_compiled":
                 raise
-            failed[k] = dict(error=f"{type(exc).__name__}: {exc}"[:400])
+            failed[k] = dict(error=error_text(exc))
     for k in failed:
         del runs[k], engines[k]
     samples: dict[str, list[dict]] = {k: [] for k in runs}
@@ -269,7 +269,7 @@ def long_ttft(model: Transformer) -> dict:
         except Exception as exc:  # noqa: BLE001 - a runner that fails is reported, the others still measured
             if not compiled:
                 raise
-            result[name] = dict(error=f"{type(exc).__name__}: {exc}"[:400])
+            result[name] = dict(error=error_text(exc))
             continue
         cold, warm = ([w for w, _ in runs[k]] for k in ("cold", "warm"))
         result[name] = dict(cold_median_ms=round(median(cold) * 1e3, 3), warm_median_ms=round(median(warm) * 1e3, 3),
@@ -284,9 +284,7 @@ def long_ttft(model: Transformer) -> dict:
                             warm_kernels=warm_kernels(engine, prompts[1]))
         if compiled:
             result[name]["compile_s"] = round(engine.runner.compile_seconds, 2)
-        else:  # the keys of files written before the compiled runner was measured beside it
-            result["warm_forward_gpu_us"] = result[name]["warm_forward_gpu_us"]
-            result["host_us_per_warm_request"] = result[name]["host_us_per_warm_request"]
+        else:
             result["host_profile"] = host_profile(engine, prompts[1:], params)
     on = result["cache_on"]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -323,8 +321,7 @@ def warm_kernels(engine: Engine, prompt: list[int], top: int = 12) -> dict:
     engine.cache_manager.reset_cache()
     engine.generate([prompt], SamplingParams(max_new_tokens=1))
     torch.cuda.synchronize()
-    activity = torch.profiler.ProfilerActivity  # the CPU's only where there is no GPU (a dry run: no kernels)
-    with torch.profiler.profile(activities=[activity.CUDA if torch.cuda.is_available() else activity.CPU]) as prof:
+    with torch.profiler.profile(activities=torch.profiler.supported_activities()) as prof:  # kernels: the CUDA ones
         engine.generate([prompt], SamplingParams(max_new_tokens=1))
         torch.cuda.synchronize()
     launched = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
@@ -340,6 +337,13 @@ def cold_ms(on: dict) -> float:
     """A `long` run's cold time to first token: the median of its cold requests, or, in a file written before
     cold requests were repeated, its one cold request (`cold_ms`)."""
     return on["cold_median_ms"] if "cold_median_ms" in on else on["cold_ms"]
+
+
+def warm_split(long: dict) -> tuple[float, float]:
+    """A `long` run's warm request with the fused runner: (GPU µs of its forward, host µs), kept in `cache_on`, or
+    at the run's top level in a file written before the compiled runner was measured beside it."""
+    at = long["cache_on"] if "warm_forward_gpu_us" in long["cache_on"] else long
+    return at["warm_forward_gpu_us"], at["host_us_per_warm_request"]
 
 
 def host_profile(engine: Engine, prompts: list[list[int]], params: SamplingParams, top: int = 14) -> dict:

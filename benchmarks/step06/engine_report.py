@@ -11,7 +11,7 @@ from pathlib import Path
 from benchmarks.reporting import met
 
 from .common import RESULTS, command_today
-from .engine import cold_ms, floor_us, goals
+from .engine import cold_ms, floor_us, goals, warm_split
 
 MODELS = {"smollm2_135m": "SmolLM2-135M's shape", "llama_3_2_1b": "a Llama-3.2-1B shape"}
 CONTENDERS = {"engine_sync": "engine, synchronous (chapter 2's loop)", "engine_overlap": "engine, overlapped",
@@ -129,6 +129,7 @@ def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "resu
     long = s.get("long", {})
     if long and "error" not in long:
         on, off = long["cache_on"], long["cache_off"]
+        gpu_us, host_us = warm_split(long)
         cold = (f"cold median {cold_ms(on)} ms ({on['requests']} requests, each after the cache was emptied)"
                 if "cold_median_ms" in on else f"cold {cold_ms(on)} ms (the first request)")
         lines += [f"**The Pico-vLLM write-up's benchmark** (`long`: one request at a time, a 2,083-token shared prefix "
@@ -136,7 +137,7 @@ def tables(e: dict, copy_tb_s: float | None = None, pictures: str | None = "resu
                   f"({long['warm_over_cold']}x; the "
                   f"token bound is {long['token_bound']}x); without the prefix cache {off['warm_median_ms']} ms. "
                   "A warm request's forward is one replay of an extend graph: "
-                  f"{long['warm_forward_gpu_us']} µs of GPU; the rest, {long['host_us_per_warm_request']} µs, is "
+                  f"{gpu_us} µs of GPU; the rest, {host_us} µs, is "
                   "host work. One pass over the weights at copy "
                   f"speed would take {long['weight_pass_floor_us']} µs.", ""]
         lines += warm_request_rows(long)

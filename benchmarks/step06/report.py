@@ -51,25 +51,23 @@ def load_anchor(path: Path = RESULTS / "h200_flashinfer.json") -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _anchor(anchor: dict, row: dict) -> str:
+ANCHOR_MODES = {"graph": "graph", "eager": "eager", "eager_per_layer": "per layer"}  # how the anchor launched
+
+
+def _anchor_modes(anchor: dict) -> list[str]:
+    """The launch modes FlashInfer's run timed: graph and eager, and per layer where it planned once per step."""
+    per_layer = any("flashinfer_eager_per_layer_tb_s" in r for r in anchor.get("decode", {}).values())
+    return list(ANCHOR_MODES) if per_layer else ["graph", "eager"]
+
+
+def _anchor(anchor: dict, row: dict, modes: list[str]) -> str:
     """A decode row's two FlashInfer cells: FlashInfer's better kernel, and the course's kernel measured in the same
-    run, each as `graph / eager` TB/s."""
+    run, each as TB/s in every launch mode of `modes` (`graph / eager`, then `/ per layer`)."""
     r = anchor.get("decode", {}).get(row_key(row["heads"], row["ragged"], row["batch"], row["context"],
                                              row["block_size"]))
     if r is None:
         return "— | —"
-    modes = ANCHOR_MODES if "flashinfer_eager_per_layer_tb_s" in r else ANCHOR_MODES[:2]
     return " | ".join(" / ".join(str(r[f"{who}_{mode}_tb_s"]) for mode in modes) for who in ("flashinfer", "triton"))
-
-
-ANCHOR_MODES = ("graph", "eager", "eager_per_layer")  # how FlashInfer's run launched each kernel
-
-
-def _anchor_modes(anchor: dict) -> str:
-    """The anchor columns' heading: `graph / eager`, and `/ per layer` where the run timed a plan per step."""
-    rows = anchor.get("decode", {}).values()
-    return "graph / eager / per layer" if any("flashinfer_eager_per_layer_tb_s" in r for r in rows) else \
-        "graph / eager"
 
 
 def fastest_copy(res: dict) -> float:
@@ -115,6 +113,7 @@ def tables(res: dict, anchor: dict) -> str:
     uniform = [r for r in k["decode"] if not r["ragged"]]
     ragged = [r for r in k["decode"] if r["ragged"]]
     modes = _anchor_modes(anchor)
+    heading = " / ".join(ANCHOR_MODES[m] for m in modes)
     lines = [f"Measured on {m['gpu']} ({m['sms']} SMs), torch {m['torch']}, Triton {m['triton']}, on {m['date']}. "
              f"Ceilings: device copy {fastest_copy(res)} TB/s, the fastest copy this run measured (bytes read + "
              f"written), and bf16 matmul {k['ceilings']['matmul_tflop_s']} TFLOP/s. *copy* in the tables is a copy of "
@@ -124,29 +123,29 @@ def tables(res: dict, anchor: dict) -> str:
              "read, output written); *splits*: what the launch rule gives each sequence; *first version*: the kernel "
              "before its launch rule split by work, measured on the same machine on 2026-12-01:", "",
              "| batch x context | block | splits | Triton (ours) | first version | gather + SDPA | course torch "
-             f"path | FlexAttention paged | contiguous SDPA (no paging) | copy | FlashInfer, {modes} | ours "
-             f"in FlashInfer's run, {modes} |",
+             f"path | FlexAttention paged | contiguous SDPA (no paging) | copy | FlashInfer, {heading} | ours "
+             f"in FlashInfer's run, {heading} |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in uniform:
         lines.append(f"| {r['batch']} x {r['context']} | {r['block_size']} | {_splits(r)} | "
                      f"**{r['triton_tb_s']}** | {r['first_version_tb_s']} | {r['gather_sdpa_tb_s']} | "
                      f"{_cell(r, 'course_torch_tb_s')} | {_flex(r)} | {r['contiguous_sdpa_tb_s']} | {r['copy_tb_s']} | "
-                     f"{_anchor(anchor, r)} |")
+                     f"{_anchor(anchor, r, modes)} |")
     lines += ["", f"**Decode attention, the batch an engine runs**: {ragged[0]['batch']} contexts drawn uniformly "
               f"from 1..{k['ragged']['max_context']} ({ragged[0]['total_tokens']} tokens in all), blocks scattered "
               "over a pool twice the size needed, bf16, TB/s; the baselines pad the batch to its longest context (a "
               "key mask hides the padding) and are charged for the real bytes only:", "",
               "| heads (query / KV x head_dim) | block | splits per sequence | Triton (ours) | as a captured step "
               f"replays it | one split axis for {GRAPH_CONTEXT // 1024}k contexts | first version's rule | gather + "
-              f"SDPA | FlexAttention paged | contiguous SDPA (padded) | copy | FlashInfer, {modes} | ours in "
-              f"FlashInfer's run, {modes} |",
+              f"SDPA | FlexAttention paged | contiguous SDPA (padded) | copy | FlashInfer, {heading} | ours in "
+              f"FlashInfer's run, {heading} |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in ragged:
         lines.append(f"| {r['heads']} | {r['block_size']} | {_splits(r)} | **{r['triton_tb_s']}** | "
                      f"{' | '.join(_captured(r))} | "
                      f"{r['triton_first_rule_tb_s']} ({r['first_rule_splits']} per sequence) | "
                      f"{r['gather_sdpa_tb_s']} | {_flex(r)} | {r['contiguous_sdpa_tb_s']} | {r['copy_tb_s']} | "
-                     f"{_anchor(anchor, r)} |")
+                     f"{_anchor(anchor, r, modes)} |")
     lines += ["", "**Prefill with a cached prefix** (32 / 8 heads, head_dim 128, block 16), TFLOP/s over the visible "
               "query-key pairs:", "", "| batch | cached prefix | new tokens | Triton (ours) | FlexAttention | SDPA "
               "(contiguous, causal bottom-right) | FlashInfer | ours in FlashInfer's run |",
@@ -169,7 +168,7 @@ def tables(res: dict, anchor: dict) -> str:
                   "kernel (CUDA cores or tensor cores, both in the JSON) and, beside it, the course's kernel timed in "
                   "the same run; *eager* launches include FlashInfer's planning on the host"
                   + ("; *per layer*: as an engine runs a step, one plan and then a model's layers of calls (16 for "
-                     "32 / 8 x 128 heads, 30 for 9 / 3 x 64), the time over the layers." if "per layer" in modes
+                     "32 / 8 x 128 heads, 30 for 9 / 3 x 64), the time over the layers." if len(modes) > 2
                      else ".")]
     return "\n".join(lines) + "\n"
 

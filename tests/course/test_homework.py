@@ -187,17 +187,17 @@ def test_grading_the_reference_instead_of_the_copy_fails_loudly(course: Path, tm
     assert "not graded against the copy" in capsys.readouterr().err
 
 
-def _loop_in_add(copy: Path, block_alarm: bool) -> None:
-    """The copy's add() loops forever (blocking SIGALRM first, so that only a kill from outside stops it)."""
+def _loop_in_add(copy: Path) -> None:
+    """The copy's add() blocks SIGALRM, then loops forever: only a kill from outside stops it."""
     mathy = copy / "mathy.py"
-    block = "import signal\n    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n    " if block_alarm else ""
-    mathy.write_text(mathy.read_text().replace("total = a + b", f"{block}while True:\n        pass"))
+    mathy.write_text(mathy.read_text().replace("total = a + b", "import signal\n    signal.pthread_sigmask("
+                                                "signal.SIG_BLOCK, {signal.SIGALRM})\n    while True:\n        pass"))
 
 
 def test_a_loop_that_blocks_the_timeout_signal_is_killed_by_the_grader(course: Path, tmp_path: Path):
     """The grader kills the test from outside after its timeout and a grace; the tests of its task are not run
     again, the others go on in a new worker, where the untagged test loops too and is killed the same way."""
-    _loop_in_add(hw.start("step91", tmp_path / "hw", only=set(), root=course), block_alarm=True)
+    _loop_in_add(hw.start("step91", tmp_path / "hw", only=set(), root=course))
     began = time.monotonic()
     result = hw.check("step91", tmp_path / "hw", timeout=1, root=course, total_timeout=60)
     assert time.monotonic() - began < 60
@@ -212,7 +212,7 @@ def test_a_loop_that_blocks_the_timeout_signal_is_killed_by_the_grader(course: P
 
 def test_the_whole_check_stops_at_its_limit(course: Path, tmp_path: Path):
     """Tests that each stay within their own limit still cannot hold the check past the whole check's."""
-    _loop_in_add(hw.start("step91", tmp_path / "hw", only=set(), root=course), block_alarm=True)
+    _loop_in_add(hw.start("step91", tmp_path / "hw", only=set(), root=course))
     began = time.monotonic()
     result = hw.check("step91", tmp_path / "hw", timeout=60, root=course, total_timeout=3)
     assert time.monotonic() - began < 30

@@ -78,7 +78,6 @@ def test_smollm2_architecture_constant_matches_the_gguf():
     assert real == pytest.approx(asdict(tiny_config(**SMOLLM2_135M)), rel=1e-6)  # the GGUF stores eps in fp32
 
 
-
 def test_the_long_benchmark_puts_its_runners_side_by_side():
     from benchmarks.step06.engine_report import warm_request_rows
     fused = dict(cold_median_ms=7.0, warm_median_ms=3.0, warm_forward_gpu_us=1370.0, host_us_per_warm_request=1650.0,
@@ -95,8 +94,9 @@ def test_flashinfer_cells_add_the_per_layer_anchor_where_it_was_measured():
     row = dict(heads="9/3x64", ragged=True, batch=64, context=8192, block_size=16)
     old = {f"{who}_{mode}_tb_s": i for i, (who, mode) in enumerate(
         (w, m) for w in ("flashinfer", "triton") for m in ("graph", "eager"))}
-    assert report._anchor({"decode": {key: old}}, row) == "0 / 1 | 2 / 3"
-    assert report._anchor_modes({"decode": {key: old}}) == "graph / eager"
+    modes = report._anchor_modes({"decode": {key: old}})
+    assert modes == ["graph", "eager"] and report._anchor({"decode": {key: old}}, row, modes) == "0 / 1 | 2 / 3"
     new = {**old, "flashinfer_eager_per_layer_tb_s": 1.5, "triton_eager_per_layer_tb_s": 3.5}
-    assert report._anchor({"decode": {key: new}}, row) == "0 / 1 / 1.5 | 2 / 3 / 3.5"
-    assert report._anchor_modes({"decode": {key: new}}) == "graph / eager / per layer"
+    modes = report._anchor_modes({"decode": {key: new}})
+    assert modes == ["graph", "eager", "eager_per_layer"]
+    assert report._anchor({"decode": {key: new}}, row, modes) == "0 / 1 / 1.5 | 2 / 3 / 3.5"
