@@ -17,7 +17,9 @@ Two kinds of graphs:
 - **extend**, one per padded token count (up to `max_extend`): a single sequence's chunk after its cached prefix —
   a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark — or a whole
   prompt of a few thousand tokens, a cold request, which would otherwise launch its ~1,000 kernels one by one.
-  Padding rows come after the real ones, so the causal mask keeps every real row from seeing them.
+  Padding rows come after the real ones, so the causal mask keeps every real row from seeing them. The graph
+  also computes the logits of the one row a finished prompt samples (its index a static buffer), so a warm
+  request launches no gather and LM head after the replay.
 Other steps (long prefills, mixed batches) run eagerly. `CUDAGraphRunner` is the engine's runner (chapter 2's
 `ModelRunner` contract: a `ForwardBatch` in, the logits of its sampled rows out), so the engine does not know graphs
 exist; the graphs read the pool and the engine's persistent block table, which `capture` is given.
@@ -67,6 +69,24 @@ class CUDAGraphRunner(ModelRunner):
         (`CascadeGrid`), refreshed before each replay."""
         if self.model.device.type != "cuda":
             raise RuntimeError("CUDA graphs need the model on a CUDA device")
+        keys = self.static_buffers(block_table, max_batch, max_extend, cascade_min_seqs)
+        mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
+        weights: contextlib.AbstractContextManager[list] = fused_decode(self.model) if self.fuse else \
+            contextlib.nullcontext([])
+        with weights as fused_weights:
+            self.fused_weights = fused_weights  # the graphs read them: they live as long as the graphs
+            for key in keys:
+                self._forward(*key)  # compile the kernels and warm up outside the capture (slot -1)
+                torch.cuda.synchronize()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=mempool):
+                    self._forward(*key)
+                self.graphs[key] = graph
+
+    def static_buffers(self, block_table: torch.Tensor, max_batch: int, max_extend: int,
+                       cascade_min_seqs: int | None) -> list[tuple[str, int, int]]:
+        """Allocate the buffers every graph reads and writes (the step's inputs, the hidden rows, the logits, the
+        cascade work lists); returns the graphs to capture (kind, size, split axis), in the order to capture them."""
         n = max(max_batch, max_extend)
         dev, cfg, dtype = self.model.device, self.model.config, self.model.dtype
         self.table = block_table
@@ -79,11 +99,12 @@ class CUDAGraphRunner(ModelRunner):
         self.query_start_loc = torch.zeros(2, dtype=torch.long, device=dev)
         self.hidden = torch.zeros(n, cfg.hidden_size, dtype=dtype, device=dev)
         self.logits = torch.zeros(self.max_batch, cfg.vocab_size, dtype=dtype, device=dev)
+        self.sample_row = torch.zeros(1, dtype=torch.long, device=dev)  # the row an extend step samples
         self.decode_sizes = [b for b in BATCH_SIZES if b < self.max_batch] + [self.max_batch]
         self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
         self.split_axes = split_buckets(cfg.max_position_embeddings)
-        kinds = [("decode", b, s) for b in reversed(self.decode_sizes) for s in self.split_axes]
-        kinds += [("extend", t, 0) for t in self.extend_sizes]
+        keys = [("decode", b, s) for b in reversed(self.decode_sizes) for s in self.split_axes]
+        keys += [("extend", t, 0) for t in self.extend_sizes]
         self.cascades: dict[tuple[int, int], CascadeMetadata] = {}  # (batch, split axis) -> its graph's work lists
         if cascade_min_seqs:
             heads, kv_heads = cfg.num_heads, cfg.num_kv_heads
@@ -92,19 +113,8 @@ class CUDAGraphRunner(ModelRunner):
                     grid = CascadeGrid.for_batch(b, heads // kv_heads, cascade_min_seqs, cfg.head_dim, splits=s)
                     self.cascades[b, s] = CascadeMetadata.build([], [1] * b, heads, kv_heads, cfg.head_dim, dev,
                                                                 grid=grid)
-                    kinds.insert(0, ("cascade", b, s))
-        mempool = torch.cuda.graph_pool_handle()  # all graphs share one memory pool (they never run at once)
-        weights: contextlib.AbstractContextManager[list] = fused_decode(self.model) if self.fuse else \
-            contextlib.nullcontext([])
-        with weights as fused_weights:
-            self.fused_weights = fused_weights  # the graphs read them: they live as long as the graphs
-            for key in kinds:
-                self._forward(*key)  # compile the kernels and warm up outside the capture (slot -1)
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=mempool):
-                    self._forward(*key)
-                self.graphs[key] = graph
+                    keys.insert(0, ("cascade", b, s))
+        return keys
 
     def _forward(self, kind: str, size: int, splits: int) -> None:
         """The captured computation: a decode batch of `size` rows whose attention grid has `splits` splits per
@@ -119,7 +129,9 @@ class CUDAGraphRunner(ModelRunner):
         store = TritonPagedAttention(self.pool, md, self.cascades.get((size, splits)) if kind == "cascade" else None)
         hidden = self.model(self.input_ids[:size], self.positions[:size], store)
         self.hidden[:size].copy_(hidden)
-        if kind != "extend":
+        if kind == "extend":  # the row a finished prompt samples: no eager gather and LM head after the replay
+            self.logits[:1].copy_(self.model.compute_logits(hidden.index_select(0, self.sample_row)))
+        else:
             self.logits[:size].copy_(self.model.compute_logits(hidden))
 
     def _graph_for(self, batch: ForwardBatch) -> tuple[str, int, int] | None:
@@ -174,6 +186,11 @@ class CUDAGraphRunner(ModelRunner):
         elif kind == "extend":  # the chunk padded to `size` rows: the context grows by padding no real row sees
             self.seq_lens[:1].copy_(batch.seq_lens + (size - n))
             self.query_start_loc[1:].fill_(size)  # a kernel: setting an item from the host would wait for the GPU
+            samples = batch.logits_indices.shape[0]
+            if samples == 1:
+                self.sample_row.copy_(batch.logits_indices)
+            else:  # the graph's LM head still runs: on row 0, not on a row an earlier, longer chunk sampled
+                self.sample_row.zero_()
         if self.timings is None:
             self.graphs[graph].replay()
         else:
@@ -185,4 +202,7 @@ class CUDAGraphRunner(ModelRunner):
         self.replayed[graph] += 1
         if kind != "extend":  # a decode step: every row samples, and the graph computed their logits
             return self.logits[:n]
+        if samples == 1:  # a prompt's last chunk: the graph computed its row's logits
+            return self.logits[:1]
+        # a chunk that samples no row (the prompt goes on) or several (a verify step's drafts): from the hidden rows
         return self.model.compute_logits(self.hidden[:n][batch.logits_indices])
