@@ -83,6 +83,7 @@ class CUDAGraphRunner(ModelRunner):
                     self._forward(*key)
                 self.graphs[key] = graph
 
+    @torch.inference_mode()  # inference tensors, as the engine's steps make: a compiled model's guards tell them apart
     def static_buffers(self, block_table: torch.Tensor, max_batch: int, max_extend: int,
                        cascade_min_seqs: int | None) -> list[tuple[str, int, int]]:
         """Allocate the buffers every graph reads and writes (the step's inputs, the hidden rows, the logits, the

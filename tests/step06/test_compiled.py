@@ -2,8 +2,9 @@
 writes C++ and builds it with the machine's compiler), attention the custom op `kvcourse::attend`. In fp32 its
 greedy tokens equal the eager runner's, token for token, through steps that mix decodes with prefill chunks, for
 every design of chapters 2-5 on the torch backend and for the bridge on the Triton kernels (their interpreter on a
-CPU); the graph holds one opaque attention call per layer and is compiled once per process and model. The CUDA
-graphs of the compiled step are checked on a GPU only (skipped on a CPU)."""
+CPU); the graph holds one opaque attention call per layer and is compiled once per process and model. What a CUDA
+graph of the compiled step computes (the compiled forward at each graph's padded size, on its static buffers) is
+checked on a CPU too; capturing and replaying the graphs only on a GPU (skipped on a CPU)."""
 from __future__ import annotations
 
 import pytest
@@ -11,9 +12,11 @@ import torch
 
 from step01_kvcache.generate import SamplingParams
 from step01_kvcache.tiny import tiny_model
+from step06_triton import engine as engine_module
 from step06_triton.compiled_runner import CompiledModel, CompiledRunner, NoAttention, compiled_model, forward_context
 from step06_triton.engine import make_engine
 from tests.driver import drive_to_end, shared_prompts
+from tests.step06.test_graph_buffers import RerunCapture
 from tests.step06.test_kernels import DEVICE
 
 BLOCK = {"none": 4, "hash": 4, "radix": 1, "bridge": 4}
@@ -84,6 +87,29 @@ def test_compiled_once_per_process_and_model(model):
     assert second.runner.compiled is first.runner.compiled is compiled_model(model)
     tokens_of(second, shared_prompts(3, seed=9, stem=30), SamplingParams(max_new_tokens=3), rounds=1)
     assert counters["stats"]["unique_graphs"] == graphs, "a step compiled the model again"
+
+
+class RerunCompiled(RerunCapture, CompiledRunner):
+    """The compiled runner with its graphs' buffers, each graph a `Rerun` (tests/step06/test_graph_buffers.py)."""
+
+
+def test_the_compiled_step_on_the_graphs_buffers_gives_the_eager_tokens(model, monkeypatch):
+    """What a replay of the compiled step computes, on a CPU: the compiled forward run at each graph's padded size
+    on its static buffers (padded decode batches, a prompt's chunks alone, its sampled row's logits from the
+    graph) gives the eager runner's tokens, without compiling again for the padded sizes."""
+    from torch._dynamo.utils import counters
+    monkeypatch.setattr(engine_module, "CompiledRunner", RerunCompiled)
+    prompts = shared_prompts(5, seed=4, stem=30) + [list(range(3, 50))]
+    params = SamplingParams(max_new_tokens=4)
+    options = dict(num_blocks=150, block_size=4, max_num_seqs=8, max_num_batched_tokens=20)
+    expected = [o.output_ids for o in drive_to_end(make_engine(model, "bridge", "triton", **options), prompts, params)]
+    graphs = counters["stats"]["unique_graphs"]
+    engine = make_engine(model, "bridge", "triton", compile=True, cuda_graphs=True, **options)
+    assert isinstance(engine.runner, RerunCompiled)
+    assert [engine.generate([p], params)[0].output_ids for p in prompts] == expected  # each alone: its chunks
+    assert [o.output_ids for o in drive_to_end(engine, prompts, params)] == expected  # decode batches
+    assert engine.runner.padded > 0 and engine.runner.samples[0] > 0 and engine.runner.samples[1] > 0
+    assert counters["stats"]["unique_graphs"] == graphs, "a padded size compiled the model again"
 
 
 @pytest.mark.parametrize("merge,products", [(True, 4), (False, 7)])

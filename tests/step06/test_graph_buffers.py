@@ -27,12 +27,13 @@ class Rerun:
         self.runner._forward(*self.key)
 
 
-class RerunGraphs(CUDAGraphRunner):
-    """`CUDAGraphRunner` with its buffers allocated as `capture` allocates them, and `Rerun` for each graph."""
+class RerunCapture:
+    """Mixed into a `CUDAGraphRunner`: its buffers allocated as `capture` allocates them, and a `Rerun` for each
+    graph; counts the replays this file asks about."""
 
     def capture(self, block_table, max_batch, max_extend=256, cascade_min_seqs=None) -> None:
         keys = self.static_buffers(block_table, max_batch, max_extend, cascade_min_seqs)
-        self.graphs = {key: Rerun(self, key) for key in keys}  # type: ignore[misc]
+        self.graphs = {key: Rerun(self, key) for key in keys}
         self.padded = 0  # decode replays of a batch smaller than its graph
         self.samples: Counter[int] = Counter()  # extend replays by the number of rows they sampled
 
@@ -43,6 +44,10 @@ class RerunGraphs(CUDAGraphRunner):
         elif graph is not None:
             self.padded += graph[1] > batch.num_tokens
         return super().forward(batch)
+
+
+class RerunGraphs(RerunCapture, CUDAGraphRunner):
+    pass
 
 
 @pytest.fixture
