@@ -1,5 +1,5 @@
-"""The CUDA-graph runner's host side on a CPU: static buffers, padding, the split axis, the cascade work lists and
-the row an extend step samples. A captured graph replays the forward it recorded on whatever the buffers hold, so
+"""The CUDA-graph runner's host side on a CPU: static buffers, padding, the cascade work lists and the row an extend
+step samples. A captured graph replays the forward it recorded on whatever the buffers hold, so
 a "graph" that runs `_forward` again on the same buffers is what a replay computes; with it, every step the runner
 serves from a graph must give the eager engine's tokens. (The capture itself, and the kernels compiled, are the
 GPU tests': tests/step06/test_gpu_engine.py.)"""
@@ -33,7 +33,7 @@ class RerunCapture:
 
     def capture(self, block_table, max_batch, max_extend=256, cascade_min_seqs=None) -> None:
         keys = self.static_buffers(block_table, max_batch, max_extend, cascade_min_seqs)
-        self.graphs = {key: Rerun(self, key) for key in keys}
+        self.graphs = {key: Rerun(self, key) for key in keys}  # the runner only calls `replay()` on a graph
         self.padded = 0  # decode replays of a batch smaller than its graph
         self.samples: Counter[int] = Counter()  # extend replays by the number of rows they sampled
 
@@ -47,7 +47,7 @@ class RerunCapture:
 
 
 class RerunGraphs(RerunCapture, CUDAGraphRunner):
-    pass
+    """The eager step's graphs, each a `Rerun`."""
 
 
 @pytest.fixture
