@@ -18,8 +18,8 @@ Two kinds of graphs:
   a prompt that hits the prefix cache and has a few tokens left, the write-up's `long` benchmark — or a whole
   prompt of a few thousand tokens, a cold request, which would otherwise launch its ~1,000 kernels one by one.
   Padding rows come after the real ones, so the causal mask keeps every real row from seeing them. The graph
-  also computes the logits of the one row a finished prompt samples (its index a static buffer), so a warm
-  request launches no gather and LM head after the replay.
+  also computes the logits of the chunk's last real row (its index a static buffer), the one a finished prompt
+  samples, so a warm request launches no gather and LM head after the replay.
 Other steps (long prefills, mixed batches) run eagerly. `CUDAGraphRunner` is the engine's runner (chapter 2's
 `ModelRunner` contract: a `ForwardBatch` in, the logits of its sampled rows out), so the engine does not know graphs
 exist; the graphs read the pool and the engine's persistent block table, which `capture` is given.
@@ -100,7 +100,7 @@ class CUDAGraphRunner(ModelRunner):
         self.query_start_loc = torch.zeros(2, dtype=torch.long, device=dev)
         self.hidden = torch.zeros(n, cfg.hidden_size, dtype=dtype, device=dev)
         self.logits = torch.zeros(self.max_batch, cfg.vocab_size, dtype=dtype, device=dev)
-        self.sample_row = torch.zeros(1, dtype=torch.long, device=dev)  # the row an extend step samples
+        self.last_row = torch.zeros(1, dtype=torch.long, device=dev)  # an extend step's last real row
         self.decode_sizes = [b for b in BATCH_SIZES if b < self.max_batch] + [self.max_batch]
         self.extend_sizes = [t for t in EXTEND_SIZES if t < max_extend] + [max_extend]
         self.split_axes = split_buckets(cfg.max_position_embeddings)
@@ -131,7 +131,7 @@ class CUDAGraphRunner(ModelRunner):
         hidden = self.model(self.input_ids[:size], self.positions[:size], store)
         self.hidden[:size].copy_(hidden)
         if kind == "extend":  # the row a finished prompt samples: no eager gather and LM head after the replay
-            self.logits[:1].copy_(self.model.compute_logits(hidden.index_select(0, self.sample_row)))
+            self.logits[:1].copy_(self.model.compute_logits(hidden.index_select(0, self.last_row)))
         else:
             self.logits[:size].copy_(self.model.compute_logits(hidden))
 
@@ -187,11 +187,7 @@ class CUDAGraphRunner(ModelRunner):
         elif kind == "extend":  # the chunk padded to `size` rows: the context grows by padding no real row sees
             self.seq_lens[:1].copy_(batch.seq_lens + (size - n))
             self.query_start_loc[1:].fill_(size)  # a kernel: setting an item from the host would wait for the GPU
-            samples = batch.logits_indices.shape[0]
-            if samples == 1:
-                self.sample_row.copy_(batch.logits_indices)
-            else:  # the graph's LM head still runs: on row 0, not on a row an earlier, longer chunk sampled
-                self.sample_row.zero_()
+            self.last_row.fill_(n - 1)
         if self.timings is None:
             self.graphs[graph].replay()
         else:
@@ -203,7 +199,7 @@ class CUDAGraphRunner(ModelRunner):
         self.replayed[graph] += 1
         if kind != "extend":  # a decode step: every row samples, and the graph computed their logits
             return self.logits[:n]
-        if samples == 1:  # a prompt's last chunk: the graph computed its row's logits
+        if batch.logits_indices.shape[0] == 1:  # a prompt's last chunk samples its last row: the graph's logits
             return self.logits[:1]
         # a chunk that samples no row (the prompt goes on) or several (a verify step's drafts): from the hidden rows
         return self.model.compute_logits(self.hidden[:n][batch.logits_indices])

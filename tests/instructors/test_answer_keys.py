@@ -756,7 +756,7 @@ def test_step06_q9_the_warm_requests_floor():
          f"step's ({d['kernels_per_step']})", f"at {per_kernel:.1f} µs each",
          f"**{d['kernels_per_step'] * per_kernel / 1e3:.1f} ms**", f"not the {new} tokens",
          f"{cold_ms(long['cache_on'])} ms", f"token bound ({long['token_bound']}x)",
-         f"**{long['cache_on']['cold_ms'] / long['token_bound']:.2f} ms**",
+         f"**{cold_ms(long['cache_on']) / long['token_bound']:.2f} ms**",
          f"for a {new}-token chunk ({SMOLLM2_135M['num_heads']} programs per layer on {sms} SMs)")
 
 

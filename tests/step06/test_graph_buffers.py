@@ -31,7 +31,7 @@ class RerunCapture:
     """Mixed into a `CUDAGraphRunner`: its buffers allocated as `capture` allocates them, and a `Rerun` for each
     graph; counts the replays this file asks about."""
 
-    def capture(self, block_table, max_batch, max_extend=256, cascade_min_seqs=None) -> None:
+    def capture(self, block_table, max_batch, max_extend, cascade_min_seqs=None) -> None:
         keys = self.static_buffers(block_table, max_batch, max_extend, cascade_min_seqs)
         self.graphs = {key: Rerun(self, key) for key in keys}  # the runner only calls `replay()` on a graph
         self.padded = 0  # decode replays of a batch smaller than its graph
