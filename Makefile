@@ -64,6 +64,7 @@ bench: .venv/.installed
 	@echo "chapter 6 measures on a GPU: python -m benchmarks.step06.kernels --part kernels --out step06_triton/results/h200.json;"
 	@echo "  python -m benchmarks.step06.engine --out step06_triton/results/h200_engine.json; python -m benchmarks.step06.cascade --out step06_triton/results/h200_cascade.json;"
 	@echo "  python -m benchmarks.step06.fp8 --out step06_triton/results/h200_fp8.json; python -m benchmarks.step06.speculative --out step06_triton/results/h200_speculative.json;"
+	@echo "  python -m benchmarks.step06.compiled --out step06_triton/results/h200_compiled.json (the compiled runner beside the hand-fused one);"
 	@echo "  with FlashInfer's wheels (see its docstring): python -m benchmarks.step06.flashinfer_anchor --out step06_triton/results/h200_flashinfer.json"
 	$(MAKE) report
 	@echo "answer keys quote measured numbers: .venv/bin/python -m pytest -q tests/instructors names each one this run moved"
