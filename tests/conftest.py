@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,16 +97,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     return Scheduler(config, log)
 
 
+# Module fixtures that run the homework tool end to end in worker processes (40 s to 2 min each): every test that
+# reads one is `slow`, so `make test-fast` leaves them to `make test`.
+_END_TO_END = {"tests/test_homework_proof.py": "runs", "tests/course/test_grader_tamper.py": "checked",
+               "tests/course/test_autograder.py": "graded"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(_LONG_FIRST)}
-    root = config.rootpath
+    files = {item: _file(item, config.rootpath) for item in items}
+    for item in items:
+        if _END_TO_END.get(files[item]) in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: rank.get(files[item], len(rank)))  # stable: a file's tests keep their order
 
-    def key(item: pytest.Item) -> int:
-        with contextlib.suppress(ValueError):
-            return rank.get(item.path.relative_to(root).as_posix(), len(rank))
-        return len(rank)
 
-    items.sort(key=key)  # stable: a file's tests keep their order
+def _file(item: pytest.Item, root: Path) -> str:
+    """The item's file, relative to the repository ("" outside it)."""
+    with contextlib.suppress(ValueError):
+        return item.path.relative_to(root).as_posix()
+    return ""
 
 
 _OUTCOME = pytest.StashKey[str]()

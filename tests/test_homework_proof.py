@@ -40,7 +40,6 @@ ALONE = [
 ALONE_TASKS = [(chapter, task) for chapter, task in TASKS if chapter in ALONE]
 
 
-# About 2 min of worker processes: the tests that read it are `slow` (make test runs them, make test-fast not).
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, dict]:
     """(chapter, None) -> the reference's run of all tagged tests; (chapter, task) -> the run of that task's
@@ -75,7 +74,6 @@ def _row(result: dict, task: str) -> dict:
     return next(r for r in result["tasks"] if r["id"] == task)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("chapter,task", TASKS, ids=[f"{c}:{t}" for c, t in TASKS])
 def test_task_is_gradable(chapter: str, task: str, runs: dict) -> None:
     prefix = chapter.split("_")[0]
@@ -110,7 +108,6 @@ def test_task_is_gradable(chapter: str, task: str, runs: dict) -> None:
     assert (stubbed["points"], stubbed["max_points"]) == (0, worth)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_tags_name_real_tasks(chapter: str, runs: dict) -> None:
     if STUBBED[chapter]:
@@ -121,7 +118,6 @@ def test_tags_name_real_tasks(chapter: str, runs: dict) -> None:
     assert not unknown, f"tests/{chapter.split('_')[0]}/ tags tasks that no marker defines: {unknown}"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_the_exercises_say_what_each_task_needs(chapter: str, runs: dict) -> None:
     """The *needs* column of the chapter's Exercises table names exactly the other tasks (of this chapter and of
@@ -150,7 +146,6 @@ def test_the_exercises_say_what_each_task_needs(chapter: str, runs: dict) -> Non
     assert not wrong, f"{chapter}/README.md's needs column:\n" + "\n".join(wrong)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("chapter,task", ALONE_TASKS, ids=[f"{c}:{t}" for c, t in ALONE_TASKS])
 def test_a_task_solved_alone_earns_its_points_alone(chapter: str, task: str, runs: dict) -> None:
     """A copy of the chapter in which only `task` is solved (the others stubbed) earns exactly `task`'s points:
@@ -169,7 +164,6 @@ def test_a_task_solved_alone_earns_its_points_alone(chapter: str, task: str, run
         + "\n  ".join(stopped))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("chapter", ALONE)
 def test_no_task_needs_another_of_its_chapter(chapter: str, runs: dict) -> None:
     """On the reference, every test runs the bodies of its chapter's tasks that it is tagged with, and no other: a

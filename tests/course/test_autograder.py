@@ -393,7 +393,6 @@ def _grade(source: Path, base: Path, name: str) -> tuple[dict, str]:
     return json.loads((root / "results" / "results.json").read_text()), done.stdout
 
 
-# About 40 s of builds and gradings: the tests that read it are `slow` (make test runs them, make test-fast not).
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, str]]:
     """Chapter 1's autograder built once from this course, each submission graded in its own stand-in for
@@ -409,7 +408,6 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, st
     return out
 
 
-@pytest.mark.slow
 def test_the_zip_holds_no_reference_body_of_any_chapter_it_stubs(graded: dict, tmp_path: Path):
     unpacked = _unzip(Path(graded["zip"][1]), tmp_path / "again")
     for chapter in chapters():  # chapter 1 graded: every chapter is stubbed (the later ones too)
@@ -455,7 +453,6 @@ def test_each_chapters_autograder_leaks_nothing_and_grades_the_reference(chapter
     assert results["score"] == worth == sum(t["max_score"] for t in results["tests"]), results["output"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in SUBMISSIONS])
 def test_results_follow_gradescopes_schema(graded: dict, name: str):
     results, _ = graded[name]
@@ -464,7 +461,6 @@ def test_results_follow_gradescopes_schema(graded: dict, name: str):
     assert sum(t["max_score"] for t in results["tests"]) == 8
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", ["flat", "nested", "zipped"])
 def test_the_reference_scores_full_points_wherever_its_files_are(graded: dict, name: str):
     results, stdout = graded[name]
@@ -473,7 +469,6 @@ def test_the_reference_scores_full_points_wherever_its_files_are(graded: dict, n
     assert "Files graded: step01_kvcache/generate.py" in results["output"] and "score: 8" in stdout
 
 
-@pytest.mark.slow
 def test_missing_and_unknown_files_are_listed(graded: dict):
     results, _ = graded["partial"]
     scores = {t["name"]: t["score"] for t in results["tests"]}
@@ -485,7 +480,6 @@ def test_missing_and_unknown_files_are_listed(graded: dict):
     assert sample["output"].startswith("not uploaded: sampling.py (graded as the stub)")
 
 
-@pytest.mark.slow
 def test_tests_that_wait_for_another_tasks_stub_are_not_listed_as_failures(graded: dict):
     """task1.rope, handed in alone, earns its points; the end-to-end tests it shares with the tasks whose files are
     missing stop in their stubs: its output lists them as waiting, not gradable yet, never as failures."""
@@ -501,7 +495,6 @@ def test_tests_that_wait_for_another_tasks_stub_are_not_listed_as_failures(grade
     assert any(line.startswith("FAILED ") for line in sample["output"].splitlines()), "its own stub fails it"
 
 
-@pytest.mark.slow
 def test_an_empty_upload_scores_zero_and_says_what_to_upload(graded: dict):
     results, _ = graded["empty"]
     assert results["score"] == 0 and all(t["score"] == 0 for t in results["tests"])
@@ -510,7 +503,6 @@ def test_an_empty_upload_scores_zero_and_says_what_to_upload(graded: dict):
            "sampling.py)" in results["output"]
 
 
-@pytest.mark.slow
 def test_a_tampering_submission_scores_zero_and_is_flagged(graded: dict):
     results, _ = graded["tamper"]
     assert results["score"] == 0 and all(t["score"] == 0 for t in results["tests"])

@@ -216,7 +216,6 @@ def _check(release: Path, base: Path, name: str, row: Row) -> dict:
     return {"result": result, "seconds": seconds, "output": output, "dest": dest, "before": before}
 
 
-# About 45 s of checks: the tests that read it are `slow` (make test runs them, make test-fast not).
 @pytest.fixture(scope="module")
 def checked(step02_release: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """Each row checked by the release's own command line, two at a time (each check is its own process)."""
@@ -233,7 +232,6 @@ def _row(checked: dict, name: str) -> dict:
     return result
 
 
-@pytest.mark.slow
 def test_the_reference_body_scores_full_points(checked: dict):
     result = _row(checked, "honest")
     assert (result["score"], result["tampering"], result["error"]) == (2, [], None)
@@ -246,13 +244,11 @@ def test_the_reference_body_scores_full_points(checked: dict):
     ("noop_tests", "canary"),  # every test function swapped for a no-op: the canary's too
     ("fake_report", "report channel"),  # fake events on every open file: not signed by the worker
 ])
-@pytest.mark.slow
 def test_tampering_scores_zero(checked: dict, name: str, caught: str):
     result = _row(checked, name)
     assert result["score"] == 0 and any(caught in t for t in result["tampering"]), result["tampering"]
 
 
-@pytest.mark.slow
 def test_a_skip_raised_from_the_students_code_is_a_failure(checked: dict):
     result = _row(checked, "skip")
     assert result["score"] == 0 and result["tasks"][0]["failed"] == 4
@@ -260,7 +256,6 @@ def test_a_skip_raised_from_the_students_code_is_a_failure(checked: dict):
                if not f.get("waits_for"))  # the engine's end-to-end tests wait for the chapter's other stubs
 
 
-@pytest.mark.slow
 def test_rewritten_tests_neither_run_nor_stay(checked: dict):
     check = checked["rewrite_tests"]
     result = _row(checked, "rewrite_tests")
@@ -270,7 +265,6 @@ def test_rewritten_tests_neither_run_nor_stay(checked: dict):
         assert path.read_bytes() == data, f"{path} was not restored"
 
 
-@pytest.mark.slow
 def test_points_come_from_before_the_run(checked: dict):
     check = checked["points"]
     result = _row(checked, "points")
@@ -279,7 +273,6 @@ def test_points_come_from_before_the_run(checked: dict):
         assert path.read_bytes() == data, f"{path} was not restored"
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="the grader adopts (and kills) a process that left its session on Linux only")
 def test_a_detached_process_cannot_rewrite_the_results_file(checked: dict):
     check = checked["detached"]
@@ -292,7 +285,6 @@ def test_a_detached_process_cannot_rewrite_the_results_file(checked: dict):
     assert (result["score"], result["tampering"]) == (2, [])
 
 
-@pytest.mark.slow
 def test_a_loop_that_ignores_sigalrm_is_killed_by_the_grader(checked: dict):
     check = checked["loop"]
     result = _row(checked, "loop")
@@ -301,7 +293,6 @@ def test_a_loop_that_ignores_sigalrm_is_killed_by_the_grader(checked: dict):
     assert first["outcome"] == "timeout" and "the grader killed its process" in first["message"]
 
 
-@pytest.mark.slow
 def test_tests_dropped_while_collecting_are_caught(checked: dict):
     result = _row(checked, "drop_tests")
     assert result["score"] == 0 and any("test_double_free_raises_and_changes_nothing" in t and "not collected" in t
